@@ -1,0 +1,37 @@
+# fsdlite: `make demo` and `make test` set up what is missing, then run.
+PYTHON      ?= python3
+VENV        ?= .venv
+# Override for a CUDA build, e.g. TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+TORCH_SPEC  ?= torch==2.13.0
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip
+STAMP       := $(VENV)/.fsdlite-installed
+PYTEST_ARGS ?= -n 2
+
+.PHONY: setup ops nvcc-check demo test test-fast clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	@test -x $(PY) || { echo "[setup] creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "[setup] installing $(TORCH_SPEC) first (an exact pin keeps pip from pulling a multi-GB CUDA build)"
+	$(PIP) install --progress-bar off $(TORCH_SPEC)
+	@echo "[setup] installing fsdlite (editable, no build isolation) with test extras"
+	$(PIP) install --progress-bar off --no-build-isolation -e '.[test]'
+	@touch $@
+
+ops: setup
+	$(PY) -m fsdlite.ops.build
+
+nvcc-check: setup
+	$(PY) -m fsdlite.ops.build --nvcc-check
+
+demo: ops
+	$(PY) tools/demo.py
+
+test: ops
+	$(PY) -m fsdlite.ops.build --nvcc-check
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info work_dirs demo_out

@@ -1,0 +1,1 @@
+"""Training-loop extensions (hooks) registered in fsdlite.registry.HOOKS."""

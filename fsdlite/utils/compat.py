@@ -1,0 +1,198 @@
+"""The one place for shims around third-party behaviour (mmengine, spconv, torch threads).
+
+Every shim is idempotent and tested in ``tests/utils/test_compat.py``.  The mmengine
+fix is applied when :mod:`fsdlite.registry` is imported; the spconv shims by
+:func:`import_spconv`, which is how every fsdlite module imports spconv (spconv's own
+import takes ~10 s on CPU, so it is never imported eagerly).
+
+* **mmengine checkpoints under torch >= 2.6**: ``torch.load`` defaults to
+  ``weights_only=True`` and refuses mmengine's pickled message hub, which breaks
+  ``--resume`` and ``load_from``.  We re-register the local-file scheme of
+  :class:`mmengine.runner.CheckpointLoader` with a loader that passes
+  ``weights_only=False`` (checkpoints are the user's own files) and turns an
+  unreadable file into a clear error naming the path.
+* **spconv on CPU** (the ``spconv-cu120`` wheel):
+  - convolutions must use ``ConvAlgo.Native`` on CPU tensors; we pick it at
+    construction when no CUDA device exists and switch to it per call for CPU inputs;
+  - backward calls ``torch.cuda.current_stream()`` through
+    ``spconv.pytorch.ops.get_current_stream``; on CPU it returns stream 0 instead;
+  - strided (non-submanifold) CPU convolutions were observed to be
+    nondeterministically wrong with more than one torch thread; the guard runs
+    their forward and backward with a single intra-op thread.
+"""
+import contextlib
+import functools
+import os.path as osp
+import threading
+
+import torch
+
+_APPLIED = set()
+_LOCK = threading.Lock()
+
+
+def _once(fn):
+    @functools.wraps(fn)
+    def wrapper():
+        with _LOCK:
+            if fn.__name__ in _APPLIED:
+                return False
+            fn()
+            _APPLIED.add(fn.__name__)
+            return True
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Run the enclosed block with one intra-op torch thread, restoring the count after."""
+    previous = torch.get_num_threads()
+    if previous == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# ----------------------------------------------------------------------------- mmengine
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint file exists but cannot be read as a torch checkpoint."""
+
+
+def load_from_local_file(filename, map_location=None):
+    """Read a local checkpoint written by mmengine/torch.save (trusted user file).
+
+    Args:
+        filename (str): path of the checkpoint.
+        map_location: forwarded to :func:`torch.load`.
+    Returns:
+        dict: the checkpoint.
+    Raises:
+        FileNotFoundError: the path does not exist.
+        CheckpointLoadError: the file is truncated, corrupt or not a checkpoint.
+    """
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'checkpoint {filename!r} does not exist')
+    try:
+        return torch.load(filename, map_location=map_location, weights_only=False)
+    except Exception as exc:  # pickle/zip errors come in many types
+        raise CheckpointLoadError(
+            f'checkpoint {filename!r} could not be read ({type(exc).__name__}: {exc}); '
+            'expected a file written by torch.save / mmengine (is it truncated or corrupt?)') from exc
+
+
+@_once
+def patch_mmengine_checkpoint_loading():
+    """Make mmengine's local checkpoint loading work with torch >= 2.6 (weights_only default)."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    # The runner logs ``loader.__name__[10:]`` as the scheme: keep the ``load_from_`` prefix.
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local_file, force=True)
+
+
+# ----------------------------------------------------------------------------- spconv
+def spconv_available():
+    """True when spconv 2.x imports."""
+    try:
+        import spconv.pytorch  # noqa: F401
+    except Exception:  # pragma: no cover - depends on the environment
+        return False
+    return True
+
+
+def default_spconv_algo():
+    """The spconv algorithm to build convolutions with: Native without CUDA, else spconv's default."""
+    from spconv.core import ConvAlgo
+    return ConvAlgo.Native if not torch.cuda.is_available() else None
+
+
+def _current_stream_or_zero(get_stream):
+    @functools.wraps(get_stream)
+    def get_current_stream():
+        if not torch.cuda.is_available():
+            return 0
+        return get_stream()
+
+    get_current_stream.__fsdlite_shim__ = True
+    return get_current_stream
+
+
+def _guard_conv_forward(conv_forward):
+    """Use the Native algorithm for CPU inputs and a single thread for strided CPU convs."""
+    from spconv.core import ConvAlgo
+
+    @functools.wraps(conv_forward)
+    def forward(self, input, *args, **kwargs):
+        features = input.features
+        if features.device.type != 'cpu':
+            return conv_forward(self, input, *args, **kwargs)
+        algo = self.algo
+        if algo != ConvAlgo.Native:
+            self.algo = ConvAlgo.Native
+        try:
+            if self.subm:
+                return conv_forward(self, input, *args, **kwargs)
+            with single_thread():
+                return conv_forward(self, input, *args, **kwargs)
+        finally:
+            self.algo = algo
+
+    forward.__fsdlite_shim__ = True
+    return forward
+
+
+def _guard_backward(backward_fn):
+    """Single-thread guard for the backward of non-submanifold CPU convs (``subm`` is arg 6)."""
+
+    @functools.wraps(backward_fn)
+    def backward(features, *args, **kwargs):
+        subm = kwargs.get('subm', args[5] if len(args) > 5 else False)
+        if features.device.type == 'cpu' and not subm:
+            with single_thread():
+                return backward_fn(features, *args, **kwargs)
+        return backward_fn(features, *args, **kwargs)
+
+    backward.__fsdlite_shim__ = True
+    return backward
+
+
+@_once
+def patch_spconv():
+    """Apply the spconv CPU shims (stream for backward, Native algo, strided-conv thread guard)."""
+    if not spconv_available():  # pragma: no cover
+        return
+    import spconv.pytorch.conv as spconv_conv
+    import spconv.pytorch.ops as spconv_ops
+
+    spconv_ops.get_current_stream = _current_stream_or_zero(spconv_ops.get_current_stream)
+    conv_cls = spconv_conv.SparseConvolution
+    conv_cls.forward = _guard_conv_forward(conv_cls.forward)
+    # spconv.pytorch.functional calls ``ops.indice_conv_backward`` through the module.
+    spconv_ops.indice_conv_backward = _guard_backward(spconv_ops.indice_conv_backward)
+    init = conv_cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if kwargs.get('algo') is None:
+            kwargs['algo'] = default_spconv_algo()
+        init(self, *args, **kwargs)
+
+    conv_cls.__init__ = __init__
+
+
+def import_spconv():
+    """Return ``spconv.pytorch`` with the CPU shims applied (the one way fsdlite imports spconv)."""
+    import spconv.pytorch as spconv_pytorch
+    patch_spconv()
+    return spconv_pytorch
+
+
+def apply_all():
+    """Apply every shim (idempotent)."""
+    patch_mmengine_checkpoint_loading()
+    patch_spconv()

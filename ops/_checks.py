@@ -1,0 +1,100 @@
+"""Argument validation shared by every op wrapper.
+
+Each helper raises before any kernel runs, with a message that names the op, the
+argument, the offending value and what was expected (``TypeError`` for wrong
+types/dtypes, ``ValueError`` for wrong shapes/values/devices).
+"""
+import math
+
+import torch
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def tensor(op, name, value, *, dtype=None, dtypes=None, floating=False, dim=None, min_dim=None,
+           size=None):
+    """Check ``value`` is a tensor with the requested properties and return it.
+
+    Args:
+        op (str): op name used in messages.
+        name (str): argument name used in messages.
+        value: the argument.
+        dtype (torch.dtype): exact dtype required.
+        dtypes (tuple): allowed dtypes.
+        floating (bool): require a floating-point dtype.
+        dim (int): exact number of dimensions.
+        min_dim (int): minimum number of dimensions.
+        size (dict): ``{axis: expected}`` sizes; ``expected`` may be ``(int, 'what')``.
+    """
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f'{op}: {name} must be a torch.Tensor, got {type(value).__name__}')
+    if dtype is not None and value.dtype != dtype:
+        raise TypeError(f'{op}: {name} must have dtype {dtype}, got {value.dtype}')
+    if dtypes is not None and value.dtype not in dtypes:
+        raise TypeError(f'{op}: {name} must have one of the dtypes {list(dtypes)}, got {value.dtype}')
+    if floating and not value.is_floating_point():
+        raise TypeError(f'{op}: {name} must be a floating-point tensor, got {value.dtype}')
+    if dim is not None and value.dim() != dim:
+        raise ValueError(f'{op}: {name} must be {dim}-D, got shape {tuple(value.shape)}')
+    if min_dim is not None and value.dim() < min_dim:
+        raise ValueError(f'{op}: {name} must have at least {min_dim} dimensions, got shape {tuple(value.shape)}')
+    for axis, expected in (size or {}).items():
+        what = ''
+        if isinstance(expected, tuple):
+            expected, what = expected
+            what = f' ({what})'
+        if value.shape[axis] != expected:
+            raise ValueError(f'{op}: {name}.shape[{axis}] must be {expected}{what}, got shape {tuple(value.shape)}')
+    return value
+
+
+def same_device(op, **tensors):
+    """Check all given tensors share one device."""
+    devices = {name: t.device for name, t in tensors.items() if isinstance(t, torch.Tensor)}
+    if len(set(devices.values())) > 1:
+        listing = ', '.join(f'{n} on {d}' for n, d in devices.items())
+        raise ValueError(f'{op}: all tensors must be on one device, got {listing}')
+
+
+def index_range(op, name, index, low, high):
+    """Check every value of an integer tensor lies in ``[low, high)``."""
+    if index.numel() == 0:
+        return
+    lo, hi = int(index.min()), int(index.max())
+    if lo < low or hi >= high:
+        bad = lo if lo < low else hi
+        raise ValueError(f'{op}: {name} contains {bad}, expected values in [{low}, {high})')
+
+
+def finite_positive(op, name, value, *, allow_zero=False):
+    """Check a scalar (or each value of a sequence) is finite and positive; returns floats."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise TypeError(f'{op}: {name} must be a number or a sequence of numbers, got {value!r}') from None
+        if not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
+            bound = '>= 0' if allow_zero else '> 0'
+            raise ValueError(f'{op}: {name} must be finite and {bound}, got {value!r}')
+        out.append(f)
+    return out if isinstance(value, (list, tuple)) else out[0]
+
+
+def positive_int(op, name, value, *, allow_zero=False):
+    """Check ``value`` is a (non-bool) integer > 0 (or >= 0) and return it as int."""
+    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
+            isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()):
+        raise TypeError(f'{op}: {name} must be an int, got {type(value).__name__} {value!r}')
+    value = int(value)
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f'{op}: {name} must be {">= 0" if allow_zero else "> 0"}, got {value}')
+    return value
+
+
+def choice(op, name, value, allowed):
+    """Check ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ValueError(f'{op}: {name} must be one of {list(allowed)}, got {value!r}')
+    return value

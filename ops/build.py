@@ -1,0 +1,203 @@
+"""Build system of the in-repo op library (``fsdlite.ops``).
+
+Every op family is a folder ``ops/<family>/`` holding
+
+* ``<family>.cpp``        – ``TORCH_LIBRARY_FRAGMENT(fsdlite, m)`` schemas (+ shared dispatch code),
+* ``<family>_cpu.cpp``    – ``TORCH_LIBRARY_IMPL(fsdlite, CPU, m)`` multithreaded kernels,
+* ``<family>_cuda.cu``    – ``TORCH_LIBRARY_IMPL(fsdlite, CUDA, m)`` kernels,
+* ``__init__.py``         – typed Python API, argument checks, ``register_fake``, autograd,
+* ``reference.py``        – pure-torch reference used by tests and benchmarks.
+
+Each family compiles into its own shared library on first use with
+:func:`torch.utils.cpp_extension.load` (ninja, cached under ``TORCH_EXTENSIONS_DIR``
+or ``~/.cache/torch_extensions``), so one family's edit never rebuilds or breaks
+another.  CUDA sources join the build only when torch has CUDA.  Without a GPU,
+``python -m fsdlite.ops.build --nvcc-check`` compile-checks every ``.cu`` with
+``nvcc`` (one unity translation unit, so torch's headers are parsed once).
+
+Command line (the prebuild command)::
+
+    python -m fsdlite.ops.build                 # build every family now
+    python -m fsdlite.ops.build --nvcc-check    # compile-check CUDA sources with nvcc
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+OPS_ROOT = Path(__file__).resolve().parent
+INCLUDE_DIR = OPS_ROOT / 'include'
+NAMESPACE = 'fsdlite'
+_LOADED = {}
+_LOCK = threading.RLock()
+
+
+def families():
+    """Names of the op families that have C++ sources, sorted."""
+    return sorted(p.name for p in OPS_ROOT.iterdir()
+                  if p.is_dir() and (p / f'{p.name}.cpp').is_file())
+
+
+def cuda_enabled():
+    """True when the CUDA kernels are built into the libraries (torch built with CUDA)."""
+    return torch.version.cuda is not None and torch.cuda.is_available()
+
+
+def _sources(family, with_cuda):
+    folder = OPS_ROOT / family
+    sources = sorted(str(p) for p in folder.glob('*.cpp'))
+    if with_cuda:
+        sources += sorted(str(p) for p in folder.glob('*.cu'))
+    return sources
+
+
+def library_name(family):
+    """Extension name; salted with this checkout's path so clones never share a cache entry."""
+    salt = hashlib.sha1(str(OPS_ROOT).encode()).hexdigest()[:8]
+    return f'{NAMESPACE}_{family}_{salt}'
+
+
+def _build_dir(family):
+    from torch.utils.cpp_extension import _get_build_directory
+    return Path(_get_build_directory(library_name(family), verbose=False))
+
+
+def load_family(family):
+    """Build (if needed) and load the shared library of one op family; idempotent.
+
+    Args:
+        family (str): folder name under ``ops/``.
+    Returns:
+        str: path of the loaded library.
+    """
+    with _LOCK:
+        if family in _LOADED:
+            return _LOADED[family]
+        if family not in families():
+            raise ValueError(f'family={family!r} is not an op family; expected one of {families()}')
+        from torch.utils import cpp_extension
+
+        with_cuda = cuda_enabled()
+        name = library_name(family)
+        build_dir = _build_dir(family)
+        fresh = not any(build_dir.glob(f'{name}*.so'))
+        if fresh:
+            print(f'[fsdlite.ops] compiling op family {family!r} (first use; cached in {build_dir}) ...',
+                  file=sys.stderr, flush=True)
+        start = time.time()
+        cflags = ['-O3', '-fopenmp', '-DNDEBUG']
+        cuda_flags = ['-O3', '--expt-relaxed-constexpr']
+        if with_cuda:
+            cflags.append('-DFSDLITE_WITH_CUDA')
+        cpp_extension.load(
+            name=name,
+            sources=_sources(family, with_cuda),
+            extra_include_paths=[str(INCLUDE_DIR)],
+            extra_cflags=cflags,
+            extra_cuda_cflags=cuda_flags if with_cuda else None,
+            extra_ldflags=['-fopenmp'],
+            is_python_module=False,
+            verbose=os.environ.get('FSDLITE_OPS_VERBOSE', '0') == '1',
+        )
+        if fresh:
+            print(f'[fsdlite.ops] {family!r} ready in {time.time() - start:.1f}s', file=sys.stderr, flush=True)
+        _LOADED[family] = str(build_dir)
+        return _LOADED[family]
+
+
+def prebuild(selected=None):
+    """Build every (or the selected) op family now instead of on first use."""
+    for family in selected or families():
+        load_family(family)
+    return list(selected or families())
+
+
+# --------------------------------------------------------------------------------------- nvcc
+_STUB_MACROS = '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n'
+NVCC_FLAGS = [
+    '-std=c++20', '--expt-relaxed-constexpr', '-D__CUDA_NO_HALF_OPERATORS__', '-D__CUDA_NO_HALF_CONVERSIONS__',
+    '-D__CUDA_NO_BFLOAT16_CONVERSIONS__', '-D__CUDA_NO_HALF2_OPERATORS__', '-Xcompiler', '-fPIC',
+    '-DFSDLITE_WITH_CUDA',
+]
+DEFAULT_ARCHS = ('80',)
+
+
+def cuda_sources(selected=None):
+    """All ``.cu`` files of the selected families."""
+    return [p for f in (selected or families()) for p in sorted((OPS_ROOT / f).glob('*.cu'))]
+
+
+def nvcc_check(selected=None, archs=DEFAULT_ARCHS, separate=False, nvcc=None):
+    """Compile-check the CUDA sources with nvcc (no linking, no GPU needed).
+
+    All ``.cu`` files are compiled as one unity translation unit (each file keeps its
+    kernels in its own namespace), or one by one with ``separate=True``.
+
+    Returns:
+        int: 0 when every file compiled (or nvcc is absent: the reason is printed), else 1.
+    """
+    nvcc = nvcc or shutil.which('nvcc')
+    files = cuda_sources(selected)
+    if nvcc is None:
+        print('[nvcc-check] SKIPPED: nvcc is not on PATH, CUDA sources were not compile-checked')
+        return 0
+    if not files:
+        print('[nvcc-check] no .cu sources')
+        return 0
+    from torch.utils.cpp_extension import include_paths
+    with tempfile.TemporaryDirectory(prefix='fsdlite-nvcc-') as tmp:
+        tmp = Path(tmp)
+        stub = tmp / 'stub' / 'c10' / 'cuda' / 'impl'
+        stub.mkdir(parents=True)
+        (stub / 'cuda_cmake_macros.h').write_text(_STUB_MACROS)
+        includes = [f'-I{p}' for p in include_paths()] + [f'-I{tmp / "stub"}', f'-I{INCLUDE_DIR}']
+        gencode = [f'-gencode=arch=compute_{a},code=sm_{a}' for a in archs]
+        if separate:
+            units = [(f.name, f) for f in files]
+        else:
+            unity = tmp / 'all_ops_unity.cu'
+            unity.write_text(''.join(f'#include "{f}"\n' for f in files))
+            units = [(f'{len(files)} files (unity build)', unity)]
+        failed = 0
+        for label, unit in units:
+            start = time.time()
+            cmd = [nvcc, '-c', str(unit), '-o', str(tmp / 'out.o'), *NVCC_FLAGS, *includes, *gencode]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            status = 'ok' if proc.returncode == 0 else 'FAILED'
+            print(f'[nvcc-check] {label}: {status} ({time.time() - start:.0f}s, sm_{",sm_".join(archs)})')
+            if proc.returncode != 0:
+                failed += 1
+                print(proc.stdout[-4000:], proc.stderr[-8000:], sep='\n')
+        for f in files:
+            print(f'[nvcc-check]   {f.relative_to(OPS_ROOT)}')
+    return 1 if failed else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('families', nargs='*', help='op families to build (default: all)')
+    parser.add_argument('--nvcc-check', action='store_true', help='compile-check the CUDA sources with nvcc')
+    parser.add_argument('--separate', action='store_true', help='with --nvcc-check: one nvcc call per file')
+    parser.add_argument('--arch', action='append', help='with --nvcc-check: SM architectures (default 80)')
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.families) - set(families()))
+    if unknown:
+        parser.error(f'unknown op families {unknown}; expected some of {families()}')
+    if args.nvcc_check:
+        return nvcc_check(args.families or None, archs=tuple(args.arch or DEFAULT_ARCHS), separate=args.separate)
+    start = time.time()
+    built = prebuild(args.families or None)
+    print(f'[fsdlite.ops] {len(built)} op families ready ({", ".join(built)}) in {time.time() - start:.1f}s')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,54 @@
+// Shared helpers for fsdlite op kernels: argument checks that raise a Python
+// RuntimeError (TORCH_CHECK) naming the op, the argument, the value and what
+// was expected -- always before any kernel is launched.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/aminmax.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+namespace fsdlite {
+
+inline void check_dtype(const at::Tensor& t, at::ScalarType expected, const char* op, const char* arg) {
+  TORCH_CHECK(t.scalar_type() == expected, op, ": ", arg, " must have dtype ", expected, ", got ",
+              t.scalar_type());
+}
+
+inline void check_floating(const at::Tensor& t, const char* op, const char* arg) {
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": ", arg, " must be a floating-point tensor, got ",
+              t.scalar_type());
+}
+
+inline void check_dim(const at::Tensor& t, int64_t dim, const char* op, const char* arg) {
+  TORCH_CHECK(t.dim() == dim, op, ": ", arg, " must be ", dim, "-D, got shape ", t.sizes());
+}
+
+inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* op, const char* arg_a,
+                              const char* arg_b) {
+  TORCH_CHECK(a.device() == b.device(), op, ": ", arg_a, " is on ", a.device(), " but ", arg_b, " is on ",
+              b.device(), "; expected the same device");
+}
+
+inline void check_size(const at::Tensor& t, int64_t dim, int64_t expected, const char* op, const char* arg,
+                       const char* expected_what) {
+  TORCH_CHECK(t.size(dim) == expected, op, ": ", arg, ".size(", dim, ") must equal ", expected_what, " (",
+              expected, "), got ", t.size(dim), " (shape ", t.sizes(), ")");
+}
+
+// Checks every value of an integer index tensor lies in [low, high) (one pass; syncs on CUDA).
+inline void check_index_range(const at::Tensor& index, int64_t low, int64_t high, const char* op,
+                              const char* arg) {
+  if (index.numel() == 0) return;
+  auto minmax = at::aminmax(index);
+  const int64_t lo = std::get<0>(minmax).item<int64_t>();
+  const int64_t hi = std::get<1>(minmax).item<int64_t>();
+  TORCH_CHECK(lo >= low && hi < high, op, ": ", arg, " values must lie in [", low, ", ", high, "), got min ", lo,
+              " and max ", hi);
+}
+
+// Ceil division for launch configurations.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace fsdlite

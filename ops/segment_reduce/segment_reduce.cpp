@@ -1,0 +1,43 @@
+// Schema and shared argument checks of segment_reduce.
+#include "segment_reduce.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include "fsdlite_ops/common.h"
+
+namespace fsdlite::segment_reduce {
+
+Reduce check_args(const at::Tensor& src, const at::Tensor& index, int64_t num_segments, c10::string_view reduce) {
+  constexpr const char* op = "segment_reduce";
+  TORCH_CHECK(src.dim() >= 1, op, ": src must have at least 1 dimension, got shape ", src.sizes());
+  check_dtype(index, at::kLong, op, "index");
+  check_dim(index, 1, op, "index");
+  check_size(index, 0, src.size(0), op, "index", "src.size(0)");
+  check_same_device(src, index, op, "src", "index");
+  TORCH_CHECK(num_segments >= 0, op, ": num_segments must be >= 0, got ", num_segments);
+  check_index_range(index, 0, num_segments, op, "index");
+  if (reduce == "sum") return Reduce::Sum;
+  if (reduce == "mean") return Reduce::Mean;
+  if (reduce == "max") return Reduce::Max;
+  if (reduce == "min") return Reduce::Min;
+  TORCH_CHECK(false, op, ": reduce must be one of 'sum', 'mean', 'max', 'min', got '", std::string(reduce), "'");
+}
+
+std::tuple<at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& src, int64_t num_segments, Reduce reduce) {
+  auto shape = src.sizes().vec();
+  shape[0] = num_segments;
+  at::Tensor out = at::zeros(shape, src.options());
+  at::Tensor arg = (reduce == Reduce::Max || reduce == Reduce::Min)
+                       ? at::full(shape, src.size(0), src.options().dtype(at::kLong))
+                       : at::empty({0}, src.options().dtype(at::kLong));
+  return {out, arg};
+}
+
+}  // namespace fsdlite::segment_reduce
+
+TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
+  m.def("segment_reduce(Tensor src, Tensor index, int num_segments, str reduce) -> (Tensor, Tensor)");
+}

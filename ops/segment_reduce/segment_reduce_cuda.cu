@@ -1,0 +1,175 @@
+// CUDA kernel of segment_reduce.
+//   sum/mean: atomicAdd (+ per-segment counts for mean);
+//   max/min:  pass 1 atomic max/min of the values (NaN skipped), pass 2 atomicMin of the row index
+//             among rows equal to the winner (ties -> first row), pass 3 zero-fill empty segments.
+// half/bfloat16 are reduced in float and cast back.
+#include <ATen/Dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cfloat>
+#include <climits>
+
+#include "fsdlite_ops/common.h"
+#include "segment_reduce.h"
+
+namespace fsdlite::segment_reduce_cuda {
+using fsdlite::segment_reduce::Reduce;
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__device__ inline bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) return isnan(v);
+  else return false;
+}
+
+__device__ inline void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(int* p, int v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(int64_t* p, int64_t v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+
+template <typename T, bool IsMax>
+__device__ inline void atomic_extreme(T* p, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    int* addr = reinterpret_cast<int*>(p);
+    int old = *addr, assumed;
+    do {
+      assumed = old;
+      const float cur = __int_as_float(assumed);
+      if (IsMax ? !(v > cur) : !(v < cur)) break;
+      old = atomicCAS(addr, assumed, __float_as_int(v));
+    } while (assumed != old);
+  } else if constexpr (std::is_same_v<T, double>) {
+    unsigned long long* addr = reinterpret_cast<unsigned long long*>(p);
+    unsigned long long old = *addr, assumed;
+    do {
+      assumed = old;
+      const double cur = __longlong_as_double(static_cast<long long>(assumed));
+      if (IsMax ? !(v > cur) : !(v < cur)) break;
+      old = atomicCAS(addr, assumed, static_cast<unsigned long long>(__double_as_longlong(v)));
+    } while (assumed != old);
+  } else if constexpr (std::is_same_v<T, int>) {
+    IsMax ? atomicMax(p, v) : atomicMin(p, v);
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    IsMax ? atomicMax(reinterpret_cast<long long*>(p), static_cast<long long>(v))
+          : atomicMin(reinterpret_cast<long long*>(p), static_cast<long long>(v));
+  }
+}
+
+template <typename T>
+__global__ void sum_kernel(const T* src, const int64_t* index, int64_t n, int64_t width, T* out, int64_t* counts) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t row = i / width, f = i % width;
+  const int64_t s = index[row];
+  atomic_add(out + s * width + f, src[i]);
+  if (counts != nullptr && f == 0) atomic_add(counts + s, int64_t(1));
+}
+
+template <typename T>
+__global__ void mean_kernel(T* out, const int64_t* counts, int64_t num_segments, int64_t width) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= num_segments * width) return;
+  const int64_t c = counts[i / width];
+  if (c == 0) return;
+  if constexpr (std::is_integral_v<T>) {
+    const T q = out[i] / static_cast<T>(c);
+    out[i] = (out[i] % static_cast<T>(c) != 0 && out[i] < 0) ? q - 1 : q;
+  } else {
+    out[i] = out[i] / static_cast<T>(c);
+  }
+}
+
+template <typename T, bool IsMax>
+__global__ void extreme_value_kernel(const T* src, const int64_t* index, int64_t n, int64_t width, T* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * width) return;
+  const T v = src[i];
+  if (is_nan(v)) return;
+  atomic_extreme<T, IsMax>(out + index[i / width] * width + (i % width), v);
+}
+
+template <typename T>
+__global__ void extreme_arg_kernel(const T* src, const int64_t* index, int64_t n, int64_t width, const T* out,
+                                   int64_t* arg) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * width) return;
+  const int64_t row = i / width, f = i % width;
+  const int64_t o = index[row] * width + f;
+  if (src[i] == out[o]) atomicMin(reinterpret_cast<long long*>(arg + o), static_cast<long long>(row));
+}
+
+template <typename T>
+__global__ void empty_to_zero_kernel(T* out, const int64_t* arg, int64_t total, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < total && arg[i] == n) out[i] = T(0);
+}
+
+template <typename T>
+T lowest_or_highest(bool is_max) {
+  return is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+}
+
+template <typename T>
+void launch(const at::Tensor& src, const at::Tensor& index, int64_t num_segments, Reduce reduce, at::Tensor& out,
+            at::Tensor& arg, cudaStream_t stream) {
+  const int64_t n = src.size(0);
+  const int64_t width = src.numel() / n;
+  const int64_t total = n * width;
+  const dim3 grid(static_cast<unsigned>(ceil_div(total, kThreads)));
+  const T* s = src.data_ptr<T>();
+  const int64_t* idx = index.data_ptr<int64_t>();
+  T* o = out.data_ptr<T>();
+  if (reduce == Reduce::Sum || reduce == Reduce::Mean) {
+    at::Tensor counts;
+    if (reduce == Reduce::Mean) counts = at::zeros({num_segments}, index.options());
+    sum_kernel<T><<<grid, kThreads, 0, stream>>>(s, idx, n, width, o, counts.defined() ? counts.data_ptr<int64_t>() : nullptr);
+    if (reduce == Reduce::Mean) {
+      const dim3 g2(static_cast<unsigned>(ceil_div(num_segments * width, kThreads)));
+      mean_kernel<T><<<g2, kThreads, 0, stream>>>(o, counts.data_ptr<int64_t>(), num_segments, width);
+    }
+    return;
+  }
+  const bool is_max = reduce == Reduce::Max;
+  out.fill_(lowest_or_highest<T>(is_max));
+  if (is_max) extreme_value_kernel<T, true><<<grid, kThreads, 0, stream>>>(s, idx, n, width, o);
+  else extreme_value_kernel<T, false><<<grid, kThreads, 0, stream>>>(s, idx, n, width, o);
+  extreme_arg_kernel<T><<<grid, kThreads, 0, stream>>>(s, idx, n, width, o, arg.data_ptr<int64_t>());
+  const int64_t out_total = out.numel();
+  const dim3 g3(static_cast<unsigned>(ceil_div(out_total, kThreads)));
+  empty_to_zero_kernel<T><<<g3, kThreads, 0, stream>>>(o, arg.data_ptr<int64_t>(), out_total, n);
+}
+
+std::tuple<at::Tensor, at::Tensor> segment_reduce_cuda(const at::Tensor& src_, const at::Tensor& index_,
+                                                       int64_t num_segments, c10::string_view reduce_name) {
+  const Reduce reduce = fsdlite::segment_reduce::check_args(src_, index_, num_segments, reduce_name);
+  c10::cuda::CUDAGuard guard(src_.device());
+  const bool low_precision = src_.scalar_type() == at::kHalf || src_.scalar_type() == at::kBFloat16;
+  const at::Tensor src = (low_precision ? src_.to(at::kFloat) : src_).contiguous();
+  const at::Tensor index = index_.contiguous();
+  auto [out, arg] = fsdlite::segment_reduce::allocate_outputs(src, num_segments, reduce);
+  if (src.size(0) > 0 && src.numel() > 0 && num_segments > 0) {
+    auto stream = c10::cuda::getCurrentCUDAStream().stream();
+    AT_DISPATCH_SWITCH(src.scalar_type(), "segment_reduce_cuda",
+                       AT_DISPATCH_CASE(at::kFloat, [&] { launch<float>(src, index, num_segments, reduce, out, arg, stream); })
+                       AT_DISPATCH_CASE(at::kDouble, [&] { launch<double>(src, index, num_segments, reduce, out, arg, stream); })
+                       AT_DISPATCH_CASE(at::kInt, [&] { launch<int>(src, index, num_segments, reduce, out, arg, stream); })
+                       AT_DISPATCH_CASE(at::kLong, [&] { launch<int64_t>(src, index, num_segments, reduce, out, arg, stream); }));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  if (low_precision) out = out.to(src_.scalar_type());
+  return {out, arg};
+}
+
+}  // namespace fsdlite::segment_reduce_cuda
+
+TORCH_LIBRARY_IMPL(fsdlite, CUDA, m) {
+  m.impl("segment_reduce", &fsdlite::segment_reduce_cuda::segment_reduce_cuda);
+}

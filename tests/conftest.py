@@ -1,0 +1,36 @@
+"""Shared test setup: one torch thread, the shared data folder, and CUDA test skipping."""
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)  # tiny ops are pathological with 2 threads; spconv strided convs too
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir():
+    """The real-data fixture folder: $FSDLITE_SHARED_DATA or ../shared/data beside the repo."""
+    env = os.environ.get('FSDLITE_SHARED_DATA')
+    return Path(env) if env else REPO_ROOT.parent / 'shared' / 'data'
+
+
+@pytest.fixture(scope='session')
+def shared_data():
+    """Path of ../shared/data; skips (or fails when FSDLITE_REQUIRE_SHARED_DATA=1) if absent."""
+    path = shared_data_dir()
+    if not path.is_dir():
+        if os.environ.get('FSDLITE_REQUIRE_SHARED_DATA') == '1':
+            pytest.fail(f'shared data folder {path} is missing but FSDLITE_REQUIRE_SHARED_DATA=1')
+        pytest.skip(f'shared data folder {path} is absent (set FSDLITE_SHARED_DATA)')
+    return path
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason='needs a CUDA device; none is available')
+    for item in items:
+        if 'cuda' in item.keywords:
+            item.add_marker(skip)
