@@ -52,7 +52,7 @@ def _visible_names(registry):
     return sorted(names)
 
 
-def _with_suggestions(build):
+def _with_suggestions(build, variable):
     """Wrap a build function so an unknown ``type`` names the registry and close matches."""
 
     def build_with_suggestions(cfg, registry, *args, **kwargs):
@@ -66,7 +66,7 @@ def _with_suggestions(build):
                 raise KeyError(
                     f"type={obj_type!r} is not registered in the '{registry.scope}::{registry.name}' "
                     f"registry (nor its parents).{hint} Register it with "
-                    f"@{registry.name.upper()}.register_module() or load it through custom_imports.")
+                    f"@fsdlite.registry.{variable}.register_module() or load its module through custom_imports.")
         return build(cfg, registry, *args, **kwargs)
 
     build_with_suggestions.__name__ = f'{build.__name__}_with_suggestions'
@@ -74,8 +74,9 @@ def _with_suggestions(build):
 
 
 def _child(name, parent, location, build=build_from_cfg):
+    variable = next(k for k, v in globals().items() if v is parent).replace('MMENGINE_', '')
     return Registry(name, parent=parent, scope='fsdlite', locations=[f'fsdlite.{location}'],
-                    build_func=_with_suggestions(build))
+                    build_func=_with_suggestions(build, variable))
 
 
 RUNNERS = _child('runner', MMENGINE_RUNNERS, 'engine')

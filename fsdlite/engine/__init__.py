@@ -1,1 +1,4 @@
-"""Training-loop extensions (hooks) registered in fsdlite.registry.HOOKS."""
+"""fsdlite.engine: every submodule is imported so its registered components are visible."""
+from ..utils.imports import import_submodules
+
+import_submodules(__name__, __path__)
