@@ -1,0 +1,120 @@
+"""Shared benchmark helpers: timing, peak memory in a fresh subprocess, tables.
+
+Every benchmark script compares variants side by side in one run and ends with one
+machine-readable line (``RESULT {json}``).  Peak memory of a variant is measured by
+running it alone in a fresh Python process (:func:`run_isolated`), reporting the
+growth of peak RSS over the process's RSS just before the measured call.
+"""
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def current_rss_bytes():
+    """Resident set size of this process now (Linux)."""
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
+def peak_rss_bytes():
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def time_call(fn, repeat=3, warmup=1):
+    """Median wall time (s) of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_isolated(script, function, kwargs=None, timeout=1800, threads=None, warmup=False):
+    """Run ``script:function(**kwargs)`` in a fresh interpreter and measure its peak memory.
+
+    ``function`` returns a callable (the measured work, built outside the measurement);
+    the child calls it once after recording RSS, then reports seconds and peak RSS growth.
+    With ``warmup=True`` it is called once before (its peak then also counts: the
+    process-wide peak cannot be reset), so leave it off when the first call is representative.
+
+    Args:
+        script (str | Path): benchmark file defining ``function``.
+        function (str): name of a function ``(**kwargs) -> callable``.
+        kwargs (dict): JSON-serialisable arguments.
+        threads (int): torch intra-op threads in the child (default: torch's default).
+    Returns:
+        dict: ``seconds``, ``peak_bytes`` (growth over the pre-call RSS), ``ok``, ``error``.
+    """
+    code = (
+        'import json, sys, time\n'
+        f'sys.path.insert(0, {str(REPO_ROOT / "benchmarks")!r})\n'
+        'import _harness as h\n'
+        f'res = h._child({str(script)!r}, {function!r}, json.loads({json.dumps(json.dumps(kwargs or {}))}), '
+        f'{threads!r}, {warmup!r})\n'
+        'print("ISOLATED " + json.dumps(res))\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout)
+    for line in proc.stdout.splitlines():
+        if line.startswith('ISOLATED '):
+            return json.loads(line[len('ISOLATED '):])
+    tail = (proc.stderr or proc.stdout)[-2000:]
+    return {'ok': False, 'error': f'exit {proc.returncode}: {tail}', 'seconds': float('nan'),
+            'peak_bytes': float('nan')}
+
+
+def _child(script, function, kwargs, threads, warmup):
+    import torch
+    if threads:
+        torch.set_num_threads(threads)
+    spec = importlib.util.spec_from_file_location('bench_module', script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    work = getattr(module, function)(**kwargs)
+    if warmup:
+        work()
+    import gc
+    gc.collect()
+    before = current_rss_bytes()
+    peak_before = peak_rss_bytes()
+    start = time.perf_counter()
+    try:
+        work()
+    except Exception as exc:  # reported, not raised: the table shows the failure
+        return {'ok': False, 'error': f'{type(exc).__name__}: {exc}', 'seconds': float('nan'),
+                'peak_bytes': float('nan')}
+    seconds = time.perf_counter() - start
+    peak = max(peak_rss_bytes(), peak_before) - before
+    return {'ok': True, 'error': '', 'seconds': seconds, 'peak_bytes': max(peak, 0)}
+
+
+def fmt_bytes(n):
+    """Human-readable bytes (MiB/GiB)."""
+    if n != n:  # NaN
+        return 'n/a'
+    return f'{n / 2**30:.2f} GiB' if n >= 2**30 else f'{n / 2**20:.1f} MiB'
+
+
+def print_table(headers, rows):
+    """Print rows (lists of cells) under headers as an aligned text table."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for j, row in enumerate(cells):
+        print('  '.join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if j == 0:
+            print('  '.join('-' * w for w in widths))
+
+
+def print_result(payload):
+    """The final machine-readable line of a benchmark."""
+    print('RESULT ' + json.dumps(payload, sort_keys=True))

@@ -1,0 +1,75 @@
+"""Benchmark every fsdlite op against its pure-torch reference (and peers), side by side.
+
+Each op family contributes ``benchmarks/op_cases/<family>.py`` defining
+
+    def cases(quick: bool) -> list[dict]
+
+where every case is ``dict(op=str, size=str, variants={label: zero-arg callable},
+baseline=label_of_the_reference, memory=optional dict(script=..., function=..., kwargs=...,
+variants=[labels]))``.  Times are medians; the ratio column is baseline time / variant
+time (> 1 means faster than the reference).  Peak memory, where a case asks for it,
+is measured per variant in a fresh subprocess.
+
+    python benchmarks/ops.py [--quick] [--only voxelize segment_reduce ...] [--threads N]
+"""
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+
+CASE_DIR = Path(__file__).resolve().parent / 'op_cases'
+
+
+def load_case_modules(only=None):
+    modules = []
+    for path in sorted(CASE_DIR.glob('*.py')):
+        if path.stem.startswith('_') or (only and path.stem not in only):
+            continue
+        spec = importlib.util.spec_from_file_location(f'op_cases_{path.stem}', path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append((path.stem, module))
+    return modules
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true', help='small sizes (smoke run)')
+    parser.add_argument('--only', nargs='*', help='op families to run')
+    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
+    parser.add_argument('--repeat', type=int, default=3)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f'torch {torch.__version__}, {args.threads} threads, {"quick" if args.quick else "full"} sizes')
+    rows, result = [], {}
+    for family, module in load_case_modules(args.only):
+        for case in module.cases(args.quick):
+            times = {label: h.time_call(fn, repeat=args.repeat) for label, fn in case['variants'].items()}
+            base = times[case['baseline']]
+            peaks = {}
+            mem = case.get('memory')
+            if mem:
+                for label in mem['variants']:
+                    peaks[label] = h.run_isolated(mem['script'], mem['function'],
+                                                  dict(mem.get('kwargs', {}), variant=label),
+                                                  threads=args.threads)['peak_bytes']
+            for label, t in times.items():
+                ratio = base / t if t > 0 else math.inf
+                rows.append([case['op'], case['size'], label, f'{t * 1e3:.2f}',
+                             '—' if label == case['baseline'] else f'{ratio:.2f}x',
+                             h.fmt_bytes(peaks[label]) if label in peaks else ''])
+                result[f'{case["op"]}|{case["size"]}|{label}'] = {
+                    'ms': round(t * 1e3, 3), 'speedup_vs_baseline': round(ratio, 3),
+                    **({'peak_bytes': peaks[label]} if label in peaks else {})}
+    h.print_table(['op', 'size', 'variant', 'ms', 'vs reference', 'peak mem'], rows)
+    h.print_result(result)
+
+
+if __name__ == '__main__':
+    main()
