@@ -1,0 +1,59 @@
+"""Vote (centre-offset) encoding and the point box coder shared by FSD-lite and FSDv2-lite.
+
+* Votes: a point's offset ``d`` to its object's gravity centre is regressed as
+  ``t = sign(d) * sqrt(|d|)`` (compresses long offsets) and decoded as ``d = t * |t|``.
+* Boxes (:class:`PointBoxCoder`): a 7-dof lidar box ``[x, y, z_bottom, l, w, h, yaw]`` is coded
+  relative to a reference point ``r`` (a cluster centre or a virtual voxel centre) as 8 numbers
+  ``[x - r_x, y - r_y, z_gravity - r_z, log l, log w, log h, sin yaw, cos yaw]``.
+"""
+import torch
+
+from ...registry import TASK_UTILS
+
+
+def encode_vote(offset):
+    """Offsets (..., 3) to vote targets ``sign(d) * sqrt(|d|)`` (same shape)."""
+    return torch.sign(offset) * torch.sqrt(offset.abs())
+
+
+def decode_vote(code):
+    """Vote predictions (..., 3) back to offsets ``t * |t|`` (same shape)."""
+    return code * code.abs()
+
+
+@TASK_UTILS.register_module()
+class PointBoxCoder:
+    """Codes lidar boxes relative to reference points (Δxyz to the gravity centre, log dims, sin/cos yaw).
+
+    Args:
+        max_log_dim (float): log-dimensions are clamped to this value when decoding, so an untrained
+            head cannot produce overflowing (inf) sizes.
+    """
+
+    code_size = 8
+
+    def __init__(self, max_log_dim=4.0):
+        self.max_log_dim = float(max_log_dim)
+
+    def encode(self, boxes, ref_xyz):
+        """Encode boxes (K, 7) (bottom-centre z, positive dims) relative to ``ref_xyz`` (K, 3) -> (K, 8)."""
+        if boxes.shape[:-1] != ref_xyz.shape[:-1] or boxes.shape[-1] != 7 or ref_xyz.shape[-1] != 3:
+            raise ValueError(f'PointBoxCoder.encode: boxes must be (K, 7) and ref_xyz (K, 3) with the same K, '
+                             f'got {tuple(boxes.shape)} and {tuple(ref_xyz.shape)}')
+        dims = boxes[..., 3:6]
+        if dims.numel() and not bool((dims > 0).all()):
+            raise ValueError(f'PointBoxCoder.encode: box dimensions (l, w, h) must be > 0, got min {float(dims.min())}')
+        centre = torch.cat([boxes[..., :2], boxes[..., 2:3] + 0.5 * boxes[..., 5:6]], dim=-1)
+        yaw = boxes[..., 6:7]
+        return torch.cat([centre - ref_xyz, dims.log(), yaw.sin(), yaw.cos()], dim=-1)
+
+    def decode(self, codes, ref_xyz):
+        """Decode codes (..., 8) relative to ``ref_xyz`` (..., 3) into boxes (..., 7) with bottom-centre z."""
+        if codes.shape[-1] != self.code_size or codes.shape[:-1] != ref_xyz.shape[:-1]:
+            raise ValueError(f'PointBoxCoder.decode: codes must be (..., 8) and ref_xyz (..., 3) with matching '
+                             f'leading shapes, got {tuple(codes.shape)} and {tuple(ref_xyz.shape)}')
+        centre = codes[..., :3] + ref_xyz
+        dims = codes[..., 3:6].clamp(max=self.max_log_dim).exp()
+        yaw = torch.atan2(codes[..., 6:7], codes[..., 7:8])
+        bottom = centre[..., 2:3] - 0.5 * dims[..., 2:3]
+        return torch.cat([centre[..., :2], bottom, dims, yaw], dim=-1)
