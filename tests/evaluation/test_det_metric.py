@@ -1,0 +1,87 @@
+"""KITTI-style AP (R40): hand cases for matching and AP math, 3D IoU from BEV IoU, the registered metric."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fsdlite.evaluation.functional import (average_precision_r40, boxes_iou_3d_from_bev, match_detections,
+                                           precision_recall)
+
+
+def test_perfect_detections_give_one():
+    assert average_precision_r40([0.9, 0.8, 0.7], [True, True, True], 3) == 1.0
+
+
+def test_false_positive_ranked_first():
+    # FP at the top: precision 0, 1/2, 2/3 at recall 0, 1/2, 1 -> interpolated 2/3 everywhere
+    ap = average_precision_r40([0.95, 0.9, 0.8], [False, True, True], 2)
+    assert ap == pytest.approx(2 / 3)
+
+
+def test_false_positive_ranked_last_costs_nothing():
+    assert average_precision_r40([0.9, 0.8, 0.1], [True, True, False], 2) == 1.0
+
+
+def test_missing_ground_truth_caps_recall():
+    # 1 of 2 GT found: recall 0.5 reached at positions 1..20 of 40 -> AP 0.5
+    assert average_precision_r40([0.9], [True], 2) == pytest.approx(0.5)
+    # recall 1/3: positions k/40 <= 1/3 are k = 1..13 -> 13/40
+    assert average_precision_r40([0.9], [True], 3) == pytest.approx(13 / 40)
+
+
+def test_no_detections_and_no_gt():
+    assert average_precision_r40([], [], 4) == 0.0
+    assert math.isnan(average_precision_r40([0.5], [False], 0))
+    with pytest.raises(ValueError, match='num_gt'):
+        average_precision_r40([], [], -1)
+
+
+def test_precision_recall_sorting():
+    precision, recall = precision_recall([0.1, 0.9, 0.5], [True, False, True], 2)
+    assert np.allclose(precision, [0.0, 0.5, 2 / 3])
+    assert np.allclose(recall, [0.0, 0.5, 1.0])
+
+
+def test_match_greedy_by_score_and_duplicates():
+    ious = np.array([[0.6, 0.0],   # det 0 (score 0.5)
+                     [0.8, 0.3],   # det 1 (score 0.9) takes GT 0 first
+                     [0.7, 0.0]])  # det 2 duplicate of GT 0 -> FP
+    is_tp, ignored = match_detections(ious, [0.5, 0.9, 0.7], 0.5)
+    assert is_tp.tolist() == [False, True, False]
+    assert not ignored.any()
+
+
+def test_match_threshold_inclusive_and_best_iou():
+    ious = np.array([[0.5, 0.7]])
+    is_tp, _ = match_detections(ious, [1.0], 0.5)
+    assert is_tp.tolist() == [True]
+    is_tp, _ = match_detections(np.array([[0.49]]), [1.0], 0.5)
+    assert is_tp.tolist() == [False]
+
+
+def test_ignored_ground_truth():
+    ious = np.array([[0.9, 0.0], [0.0, 0.8], [0.0, 0.0]])
+    is_tp, ignored = match_detections(ious, [0.9, 0.8, 0.7], 0.5, gt_ignored=[False, True])
+    assert is_tp.tolist() == [True, False, False]
+    assert ignored.tolist() == [False, True, False]
+
+
+def test_match_empty_shapes_and_invalid():
+    is_tp, ignored = match_detections(np.zeros((2, 0)), [0.3, 0.2], 0.5)
+    assert not is_tp.any() and not ignored.any()
+    with pytest.raises(ValueError, match='ious'):
+        match_detections(np.zeros((3, 1)), [0.1], 0.5)
+
+
+def test_iou_3d_from_bev_hand_case():
+    a = torch.tensor([[0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 0.0]])
+    b = torch.tensor([[1.0, 0.0, 1.0, 2.0, 2.0, 2.0, 0.0],   # half overlap in x, half in z
+                      [0.0, 0.0, 5.0, 2.0, 2.0, 1.0, 0.0],   # no z overlap
+                      [0.0, 0.0, 0.0, 0.0, 2.0, 2.0, 0.0]])  # degenerate
+    bev = torch.tensor([[1 / 3, 1.0, 0.0]])  # BEV IoU of [0,0,2,2] vs [1,0,2,2] is 2 / 6
+    iou = boxes_iou_3d_from_bev(a, b, bev)
+    # intersection 1 x 2 x 1 = 2, union 8 + 8 - 2 = 14
+    assert torch.allclose(iou, torch.tensor([[2 / 14, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match='iou_bev'):
+        boxes_iou_3d_from_bev(a, b, bev.T)
