@@ -16,14 +16,19 @@ import takes ~10 s on CPU, so it is never imported eagerly).
     construction when no CUDA device exists and switch to it per call for CPU inputs;
   - backward calls ``torch.cuda.current_stream()`` through
     ``spconv.pytorch.ops.get_current_stream``; on CPU it returns stream 0 instead;
-  - strided (non-submanifold) CPU convolutions were observed to be
-    nondeterministically wrong with more than one torch thread; the guard runs
-    their forward and backward with a single intra-op thread.
+  - spconv reads ``indices`` as a contiguous (V, 4) int32 buffer without checking:
+    column-major indices (``torch.nonzero`` returns them so, and ``.int()`` keeps the
+    strides) give silently wrong strided convolutions.  The guard makes features and
+    indices contiguous and int32 before every convolution;
+  - strided (non-submanifold) CPU convolutions were reported nondeterministically
+    wrong with more than one torch thread; the guard runs their forward and backward
+    with a single intra-op thread.
 """
 import contextlib
 import functools
 import os.path as osp
 import threading
+import warnings
 
 import torch
 
@@ -99,7 +104,9 @@ def patch_mmengine_checkpoint_loading():
 def spconv_available():
     """True when spconv 2.x imports."""
     try:
-        import spconv.pytorch  # noqa: F401
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', category=FutureWarning)
+            import spconv.pytorch  # noqa: F401
     except Exception:  # pragma: no cover - depends on the environment
         return False
     return True
@@ -122,12 +129,23 @@ def _current_stream_or_zero(get_stream):
     return get_current_stream
 
 
+def _make_contiguous(sparse_tensor):
+    """spconv assumes row-major int32 indices and row-major features; enforce both in place."""
+    indices = sparse_tensor.indices
+    if indices.dtype != torch.int32 or not indices.is_contiguous():
+        sparse_tensor.indices = indices.to(torch.int32).contiguous()
+    if not sparse_tensor.features.is_contiguous():
+        sparse_tensor = sparse_tensor.replace_feature(sparse_tensor.features.contiguous())
+    return sparse_tensor
+
+
 def _guard_conv_forward(conv_forward):
     """Use the Native algorithm for CPU inputs and a single thread for strided CPU convs."""
     from spconv.core import ConvAlgo
 
     @functools.wraps(conv_forward)
     def forward(self, input, *args, **kwargs):
+        input = _make_contiguous(input)
         features = input.features
         if features.device.type != 'cpu':
             return conv_forward(self, input, *args, **kwargs)
@@ -186,8 +204,16 @@ def patch_spconv():
 
 
 def import_spconv():
-    """Return ``spconv.pytorch`` with the CPU shims applied (the one way fsdlite imports spconv)."""
-    import spconv.pytorch as spconv_pytorch
+    """Return ``spconv.pytorch`` with the CPU shims applied (the one way fsdlite imports spconv).
+
+    spconv 2.3 uses ``torch.cuda.amp.custom_fwd`` at import, which torch 2.13 reports as a
+    FutureWarning per decorated function, and ``torch.jit.script`` (DeprecationWarning);
+    those import-time warnings are silenced here.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', category=FutureWarning)
+        warnings.filterwarnings('ignore', category=DeprecationWarning)
+        import spconv.pytorch as spconv_pytorch
     patch_spconv()
     return spconv_pytorch
 
