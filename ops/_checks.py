@@ -5,6 +5,7 @@ argument, the offending value and what was expected (``TypeError`` for wrong
 types/dtypes, ``ValueError`` for wrong shapes/values/devices).
 """
 import math
+import numbers
 
 import torch
 
@@ -98,3 +99,21 @@ def choice(op, name, value, allowed):
     if value not in allowed:
         raise ValueError(f'{op}: {name} must be one of {list(allowed)}, got {value!r}')
     return value
+
+
+def float_sequence(op, name, value, length):
+    """Check ``value`` is a sequence (list/tuple/1-D tensor/array) of ``length`` finite numbers; return floats."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().reshape(-1).tolist() if value.dim() <= 1 else value
+    elif hasattr(value, 'tolist') and not isinstance(value, (list, tuple)):
+        value = value.tolist()  # numpy arrays
+    if not isinstance(value, (list, tuple)) or len(value) != length:
+        raise ValueError(f'{op}: {name} must be a sequence of {length} numbers, got {value!r}')
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f'{op}: {name} must contain only numbers, got {value!r}')
+        if not math.isfinite(v):
+            raise ValueError(f'{op}: {name} must contain only finite numbers, got {value!r}')
+        out.append(float(v))
+    return out
