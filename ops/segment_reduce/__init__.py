@@ -11,6 +11,7 @@ from ..build import load_family
 load_family('segment_reduce')
 
 REDUCTIONS = ('sum', 'mean', 'max', 'min')
+SRC_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
 _OP = 'segment_reduce'
 
 
@@ -50,7 +51,7 @@ torch.library.register_autograd('fsdlite::segment_reduce', _backward, setup_cont
 
 
 def _validated(src, index, num_segments, reduce):
-    _checks.tensor(_OP, 'src', src, min_dim=1)
+    _checks.tensor(_OP, 'src', src, dtypes=SRC_DTYPES, min_dim=1)
     _checks.tensor(_OP, 'index', index, dtypes=_checks.INDEX_DTYPES, dim=1, size={0: (src.shape[0], 'src.shape[0]')})
     _checks.same_device(_OP, src=src, index=index)
     _checks.choice(_OP, 'reduce', reduce, REDUCTIONS)

@@ -13,6 +13,10 @@ namespace fsdlite::segment_reduce {
 Reduce check_args(const at::Tensor& src, const at::Tensor& index, int64_t num_segments, c10::string_view reduce) {
   constexpr const char* op = "segment_reduce";
   TORCH_CHECK(src.dim() >= 1, op, ": src must have at least 1 dimension, got shape ", src.sizes());
+  const auto dtype = src.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16 ||
+                  dtype == at::kInt || dtype == at::kLong,
+              op, ": src must have dtype float32, float64, float16, bfloat16, int32 or int64, got ", dtype);
   check_dtype(index, at::kLong, op, "index");
   check_dim(index, 1, op, "index");
   check_size(index, 0, src.size(0), op, "index", "src.size(0)");

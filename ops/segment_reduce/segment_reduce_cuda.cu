@@ -13,6 +13,7 @@
 
 #include <cfloat>
 #include <climits>
+#include <limits>
 
 #include "fsdlite_ops/common.h"
 #include "segment_reduce.h"
@@ -112,9 +113,15 @@ __global__ void empty_to_zero_kernel(T* out, const int64_t* arg, int64_t total, 
   if (i < total && arg[i] == n) out[i] = T(0);
 }
 
+// Initial value of a max/min: -inf/+inf for floating types (so a segment holding only -inf/+inf still finds
+// its winner in the arg pass), the lowest/highest value for integers.
 template <typename T>
 T lowest_or_highest(bool is_max) {
-  return is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  if constexpr (std::numeric_limits<T>::has_infinity) {
+    return is_max ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+  } else {
+    return is_max ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+  }
 }
 
 template <typename T>
