@@ -1,0 +1,81 @@
+"""spconv building blocks: ``sparse conv -> norm -> act`` and sparse-tensor helpers.
+
+spconv is imported lazily through :func:`fsdlite.utils.compat.import_spconv` (CPU shims
+applied; its import takes ~10 s), so importing this module stays cheap.
+"""
+import torch
+
+from fsdlite.utils import compat
+
+from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, norm_has_bias
+
+SPARSE_CONV_TYPES = ('SubMConv3d', 'SparseConv3d', 'SparseInverseConv3d')
+
+
+def build_sparse_conv(conv_type, in_channels, out_channels, kernel_size=3, stride=1, padding=None,
+                      indice_key=None, bias=False):
+    """Build one spconv 3D convolution.
+
+    Args:
+        conv_type (str): one of ``SPARSE_CONV_TYPES``.
+        in_channels (int): C_in.
+        out_channels (int): C_out.
+        kernel_size (int): cubic kernel size.
+        stride (int): stride of ``SparseConv3d`` (the others use 1).
+        padding (int | None): padding of ``SparseConv3d``; default ``kernel_size // 2``.
+        indice_key (str | None): spconv rulebook key; an inverse conv must reuse the key of the
+            ``SparseConv3d`` it inverts.
+        bias (bool): add a bias.
+    Returns:
+        spconv module mapping a SparseConvTensor (V, C_in) to (V', C_out).
+    """
+    if conv_type not in SPARSE_CONV_TYPES:
+        raise ValueError(f'conv_type must be one of {SPARSE_CONV_TYPES}, got {conv_type!r}')
+    spconv = compat.import_spconv()
+    padding = kernel_size // 2 if padding is None else padding
+    if conv_type == 'SubMConv3d':
+        return spconv.SubMConv3d(in_channels, out_channels, kernel_size, padding=padding, bias=bias,
+                                 indice_key=indice_key)
+    if conv_type == 'SparseConv3d':
+        return spconv.SparseConv3d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
+                                   bias=bias, indice_key=indice_key)
+    if indice_key is None:
+        raise ValueError('SparseInverseConv3d needs the indice_key of the SparseConv3d it inverts, got None')
+    return spconv.SparseInverseConv3d(in_channels, out_channels, kernel_size, bias=bias, indice_key=indice_key)
+
+
+def sparse_conv_block(conv_type, in_channels, out_channels, kernel_size=3, stride=1, padding=None,
+                      indice_key=None, norm_cfg=DEFAULT_NORM_CFG, act_cfg=DEFAULT_ACT_CFG):
+    """``sparse conv -> norm -> act`` as an ``spconv.SparseSequential`` (arguments as :func:`build_sparse_conv`).
+
+    The convolution has no bias when a norm follows.
+    """
+    conv = build_sparse_conv(conv_type, in_channels, out_channels, kernel_size, stride, padding, indice_key,
+                             bias=not norm_has_bias(norm_cfg))
+    return sparse_sequential(conv, build_norm(norm_cfg, out_channels), build_act(act_cfg))
+
+
+def sparse_sequential(*modules):
+    """``spconv.SparseSequential`` of ``modules`` (plain modules act on the features)."""
+    return compat.import_spconv().SparseSequential(*modules)
+
+
+def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
+    """Wrap (V, C) features and (V, 4) ``[b, z, y, x]`` coordinates into an ``spconv.SparseConvTensor``.
+
+    Args:
+        features (Tensor): (V, C) float.
+        voxel_coors (Tensor): (V, 4) integer ``[b, z, y, x]``; converted to int32 as spconv needs.
+        sparse_shape (Sequence[int]): grid size ``(nz, ny, nx)``.
+        batch_size (int): B (samples may have no voxels).
+    """
+    spconv = compat.import_spconv()
+    if voxel_coors.dim() != 2 or voxel_coors.shape[1] != 4:
+        raise ValueError(f'voxel_coors must be (V, 4) [b, z, y, x], got shape {tuple(voxel_coors.shape)}')
+    if features.shape[0] != voxel_coors.shape[0]:
+        raise ValueError(f'features has {features.shape[0]} rows but voxel_coors has {voxel_coors.shape[0]}')
+    return spconv.SparseConvTensor(features, voxel_coors.to(torch.int32).contiguous(),
+                                   [int(s) for s in sparse_shape], int(batch_size))
+
+
+__all__ = ['SPARSE_CONV_TYPES', 'build_sparse_conv', 'sparse_conv_block', 'sparse_sequential', 'to_sparse_tensor']
