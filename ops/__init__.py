@@ -7,6 +7,8 @@ use (see :mod:`fsdlite.ops.build`).  Public functions are imported lazily: a fam
 """
 import ast
 import importlib
+import sys
+import types
 from pathlib import Path
 
 
@@ -31,6 +33,22 @@ def __getattr__(name):
     value = getattr(importlib.import_module(f'{__name__}.{family}'), name)
     globals()[name] = value
     return value
+
+
+class _OpsModule(types.ModuleType):
+    """Keeps ``fsdlite.ops.<name>`` bound to the function when a family folder has the same name.
+
+    Importing ``fsdlite.ops.<family>`` makes the import system bind the submodule as an attribute
+    of this package, which would shadow an export of the same name (``segment_reduce``).
+    """
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _OpsModule
 
 
 def __dir__():
