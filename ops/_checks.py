@@ -101,6 +101,50 @@ def choice(op, name, value, allowed):
     return value
 
 
+def finite(op, name, value):
+    """Check every value of a floating tensor is finite (no NaN or inf)."""
+    if value.numel() and not bool(torch.isfinite(value).all()):
+        bad = value[~torch.isfinite(value)].flatten()[0].item()
+        raise ValueError(f'{op}: {name} must contain only finite values, got {bad}')
+
+
+def batch_ids(op, name, batch, length, length_what):
+    """Check optional per-row sample ids: (length,) int64, sorted non-decreasing; returns it (or None)."""
+    if batch is None:
+        return None
+    tensor(op, name, batch, dtype=torch.int64, dim=1, size={0: (length, length_what)})
+    if batch.numel() > 1:
+        drops = (batch[1:] < batch[:-1]).nonzero()
+        if drops.numel():
+            i = int(drops[0, 0])
+            raise ValueError(f'{op}: {name} must be sorted non-decreasing (segment-based batching), '
+                             f'got {name}[{i}]={int(batch[i])} > {name}[{i + 1}]={int(batch[i + 1])}')
+    return batch
+
+
+def point_sets(op, query, support, query_batch, support_batch):
+    """Check (Nq, D) query and (Ns, D) support coordinates (float32/64, finite, D >= 1) with optional batch ids.
+
+    Batch ids must be given for both point sets or for neither.
+    """
+    for name, value in (('query', query), ('support', support)):
+        tensor(op, name, value, dtypes=(torch.float32, torch.float64), dim=2)
+    if query.shape[1] < 1:
+        raise ValueError(f'{op}: query must have at least one coordinate column (D >= 1), got shape '
+                         f'{tuple(query.shape)}')
+    if support.dtype != query.dtype:
+        raise TypeError(f'{op}: support must have the dtype of query ({query.dtype}), got {support.dtype}')
+    tensor(op, 'support', support, size={1: (query.shape[1], 'query.shape[1], the dimension D')})
+    if (query_batch is None) != (support_batch is None):
+        given = 'query_batch' if support_batch is None else 'support_batch'
+        raise ValueError(f'{op}: query_batch and support_batch must be given together, got only {given}')
+    batch_ids(op, 'query_batch', query_batch, query.shape[0], 'query.shape[0]')
+    batch_ids(op, 'support_batch', support_batch, support.shape[0], 'support.shape[0]')
+    same_device(op, query=query, support=support, query_batch=query_batch, support_batch=support_batch)
+    finite(op, 'query', query)
+    finite(op, 'support', support)
+
+
 def float_sequence(op, name, value, length):
     """Check ``value`` is a sequence (list/tuple/1-D tensor/array) of ``length`` finite numbers; return floats."""
     if isinstance(value, torch.Tensor):
@@ -117,3 +161,12 @@ def float_sequence(op, name, value, length):
             raise ValueError(f'{op}: {name} must contain only finite numbers, got {value!r}')
         out.append(float(v))
     return out
+
+
+def min_size(op, name, value, axis, minimum, what=''):
+    """Check ``value.shape[axis] >= minimum`` (``what`` describes the required columns)."""
+    if value.shape[axis] < minimum:
+        what = f' ({what})' if what else ''
+        raise ValueError(f'{op}: {name}.shape[{axis}] must be >= {minimum}{what}, got shape {tuple(value.shape)}')
+    return value
+
