@@ -15,11 +15,15 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ...registry import MODELS
+from ..layers.mlp import LinearNormAct
+
+LN_CFG = dict(type='LN')
+GELU_CFG = dict(type='GELU')
 
 
 def linear_norm_act(in_channels, out_channels):
-    """Linear (no bias) + LayerNorm + GELU."""
-    return nn.Sequential(nn.Linear(in_channels, out_channels, bias=False), nn.LayerNorm(out_channels), nn.GELU())
+    """Linear (no bias) + LayerNorm + GELU, the layer of SIR and the cluster head."""
+    return LinearNormAct(in_channels, out_channels, norm_cfg=LN_CFG, act_cfg=GELU_CFG)
 
 
 class SIRBlock(nn.Module):
