@@ -1,0 +1,114 @@
+"""SyntheticLidarDataset: ray-cast street scenes, deterministic by seed, generated on the fly."""
+import dataclasses
+
+import torch
+from mmengine.logging import print_log
+
+from ..registry import DATASETS
+from .lidar_det_dataset import LidarDetDataset
+from .raycast import LidarSpec
+from .synthetic_scene import SceneSpec, SensorNoise, frame_rng, render_frame
+
+SPLITS = {'train': 0, 'val': 1, 'test': 2}
+
+
+def scene_spec(classes, scene=None):
+    """A :class:`SceneSpec` for ``classes``; dict-valued fields of ``scene`` update the defaults."""
+    scene = dict(scene or {})
+    unknown = sorted(set(scene) - {f.name for f in dataclasses.fields(SceneSpec)})
+    if unknown:
+        raise TypeError(f'SyntheticLidarDataset: unknown scene options {unknown}; expected some of '
+                        f'{[f.name for f in dataclasses.fields(SceneSpec)]}')
+    defaults = SceneSpec()
+    for name in ('sizes', 'counts', 'road_aligned', 'reflectivity'):
+        if name in scene:
+            scene[name] = {**getattr(defaults, name), **dict(scene[name])}
+    return SceneSpec(classes=tuple(classes), **{k: v for k, v in scene.items() if k != 'classes'})
+
+
+def _options(cls, name, cfg):
+    try:
+        return cls(**dict(cfg or {}))
+    except TypeError as exc:
+        raise TypeError(f'SyntheticLidarDataset: bad {name} options {dict(cfg or {})}: {exc}') from None
+
+
+@DATASETS.register_module()
+class SyntheticLidarDataset(LidarDetDataset):
+    """Synthetic lidar frames: a spinning multi-beam lidar ray-cast against ground, objects and clutter.
+
+    Frame ``i`` of a split is generated from ``SeedSequence([seed, split, i])``, so frames are
+    reproducible, independent of the order they are read in, and train/val/test never share a stream.
+    Each sample has points ``(N, 4)`` (x, y, z, intensity), bottom-centre lidar boxes ``(M, 7)``,
+    labels, a per-point semantic mask (class of the object hit, ``len(classes)`` for ground/clutter)
+    and instance mask, and metainfo ``num_points_in_gt`` (points inside each box; boxes without
+    points are kept) and ``num_skipped_objects`` (objects that found no free spot).
+
+    Args:
+        num_frames (int): frames in the split.
+        split (str): 'train', 'val' or 'test'.
+        seed (int): base seed.
+        lidar (dict): :class:`~fsdlite.datasets.raycast.LidarSpec` options (beams, fields of view, ...).
+        scene (dict): :class:`~fsdlite.datasets.synthetic_scene.SceneSpec` options; its classes are
+            ``metainfo['classes']``.
+        noise (dict): :class:`~fsdlite.datasets.synthetic_scene.SensorNoise` options.
+        cache (bool): keep generated raw frames in memory (per worker process).
+        pipeline, metainfo, test_mode, lazy_init, indices: as :class:`mmengine.dataset.BaseDataset`.
+    """
+
+    def __init__(self, num_frames=200, split='train', seed=0, lidar=None, scene=None, noise=None, cache=False,
+                 pipeline=(), metainfo=None, test_mode=False, lazy_init=False, indices=None, max_refetch=1000):
+        if split not in SPLITS:
+            raise ValueError(f'SyntheticLidarDataset: split must be one of {list(SPLITS)}, got {split!r}')
+        if isinstance(num_frames, bool) or not isinstance(num_frames, int) or num_frames < 0:
+            raise ValueError(f'SyntheticLidarDataset: num_frames must be an int >= 0, got {num_frames!r}')
+        self.num_frames, self.split, self.seed = num_frames, split, int(seed)
+        self.lidar = _options(LidarSpec, 'lidar', lidar)
+        self.noise = _options(SensorNoise, 'noise', noise)
+        self._scene_cfg = scene
+        self._cache = {} if cache else None
+        super().__init__(pipeline=pipeline, metainfo=metainfo, test_mode=test_mode, lazy_init=lazy_init,
+                         indices=indices, serialize_data=False, max_refetch=max_refetch)
+        self.scene = scene_spec(self.classes, scene)
+
+    def load_data_list(self):
+        return [dict(frame_index=i) for i in range(self.num_frames)]
+
+    def generate(self, frame_index):
+        """Render frame ``frame_index`` of this split (numpy arrays, see :func:`render_frame`)."""
+        rng = frame_rng(self.seed, SPLITS[self.split], frame_index)
+        return render_frame(rng, self.scene, self.lidar, self.noise)
+
+    def load_sample(self, info):
+        key = info['frame_index']
+        if self._cache is not None and key in self._cache:
+            frame = self._cache[key]
+        else:
+            frame = self.generate(key)
+            from ..ops import count_points_in_boxes  # lazy: builds the op on first use only
+            points, boxes = torch.from_numpy(frame['points']), torch.from_numpy(frame['gt_bboxes_3d'])
+            frame['num_points_in_gt'] = count_points_in_boxes(points, boxes)
+            if self._cache is not None:
+                self._cache[key] = frame
+        out = {k: v.copy() if hasattr(v, 'copy') else v for k, v in frame.items() if k != 'clutter_bboxes_3d'}
+        out['split'] = self.split
+        return out
+
+    def statistics(self, num_frames=None):
+        """Mean points per frame, boxes per class and empty boxes over the first frames (a quick check).
+
+        Returns:
+            dict: ``points_per_frame``, ``boxes_per_class`` (dict), ``empty_boxes``, ``frames``.
+        """
+        n = min(len(self), num_frames or len(self))
+        points = empty = 0
+        per_class = dict.fromkeys(self.classes, 0)
+        for i in range(n):
+            raw = self.raw_results(i)
+            points += len(raw['points'])
+            empty += int((raw['num_points_in_gt'] == 0).sum())
+            for label in raw['gt_labels_3d'].tolist():
+                per_class[self.classes[label]] += 1
+        stats = dict(frames=n, points_per_frame=points / max(n, 1), boxes_per_class=per_class, empty_boxes=empty)
+        print_log(f'SyntheticLidarDataset({self.split}): {stats}', logger='current')
+        return stats
