@@ -1,0 +1,55 @@
+#!/usr/bin/env python
+"""Evaluate a checkpoint on a config's test set (the interface of mmdetection3d's ``tools/test.py``).
+
+Example::
+
+    python tools/test.py configs/segmentation/sparse_segmentor_synthetic.py work_dirs/seg/iter_2000.pth
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
+    sys.path.insert(0, REPO_ROOT)
+
+from mmengine.config import DictAction  # noqa: E402
+
+from fsdlite.engine.distributed import LAUNCHERS  # noqa: E402
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import build_runner, load_config, prepare_runner_cfg, require_file  # noqa: E402
+from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Test (evaluate) a checkpoint')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='folder for the evaluation logs (default: work_dirs/<config name>)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config entries, e.g. test_dataloader.batch_size=1 (keys must exist)')
+    parser.add_argument('--allow-new-cfg-keys', action='store_true',
+                        help='let --cfg-options add keys the config does not have')
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return parser, args
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.cfg_options, args.allow_new_cfg_keys)
+        prepare_runner_cfg(cfg, args.config, args.work_dir, args.launcher)
+        cfg.load_from = require_file(args.checkpoint, 'checkpoint')
+        cfg.resume = False
+        metrics = build_runner(cfg).test()
+    except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
+        parser.exit(2, f'{parser.prog}: error: {exc}\n')
+    return metrics
+
+
+if __name__ == '__main__':
+    main()

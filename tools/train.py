@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""Train a model from a config (the interface of mmdetection3d's ``tools/train.py``).
+
+Examples::
+
+    python tools/train.py configs/segmentation/sparse_segmentor_synthetic.py --work-dir work_dirs/seg
+    python tools/train.py CONFIG --cfg-options train_cfg.max_iters=4 --resume            # latest checkpoint
+    torchrun --nproc-per-node 2 tools/train.py CONFIG --launcher pytorch                  # gloo on CPU
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
+    sys.path.insert(0, REPO_ROOT)
+
+from mmengine.config import DictAction  # noqa: E402
+
+from fsdlite.engine.distributed import LAUNCHERS  # noqa: E402
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import (build_runner, enable_amp, load_config, prepare_runner_cfg,  # noqa: E402
+                                       require_file)
+from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model from a config')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('--work-dir', help='folder for logs and checkpoints (default: work_dirs/<config name>)')
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision (CUDA only)')
+    parser.add_argument('--resume', nargs='?', const='auto', default=None, metavar='PATH',
+                        help='resume from PATH, or from the latest checkpoint in the work dir when no PATH is given')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config entries, e.g. train_cfg.max_iters=100 (keys must exist)')
+    parser.add_argument('--allow-new-cfg-keys', action='store_true',
+                        help='let --cfg-options add keys the config does not have')
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return parser, args
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.cfg_options, args.allow_new_cfg_keys)
+        prepare_runner_cfg(cfg, args.config, args.work_dir, args.launcher)
+        if args.amp:
+            enable_amp(cfg)
+        if args.resume == 'auto':
+            cfg.resume, cfg.load_from = True, None
+        elif args.resume is not None:
+            cfg.resume, cfg.load_from = True, require_file(args.resume, '--resume checkpoint')
+        runner = build_runner(cfg)
+        runner.train()
+    except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
+        parser.exit(2, f'{parser.prog}: error: {exc}\n')
+
+
+if __name__ == '__main__':
+    main()
