@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..structures.boxes import bev_overlap
+from ..structures.boxes import bev_circle_overlap, bev_overlap
 from .raycast import GROUND, LidarSpec, cast_rays
 
 DEFAULT_CLASSES = ('Car', 'Pedestrian', 'Cyclist')
@@ -82,23 +82,35 @@ class SensorNoise:
 
 
 class _Placer:
-    """Sequentially places boxes that keep a BEV gap to every box placed before."""
+    """Sequentially places boxes that keep a BEV gap to every box placed before (and to reserved areas)."""
 
     def __init__(self, margin, max_attempts, reserved):
         self.margin, self.max_attempts = margin, max_attempts
-        self.reserved = [torch.tensor(r, dtype=torch.float64) for r in reserved]
-        self.boxes, self.kinds, self.skipped = [], [], 0
+        self.occupied = np.asarray(reserved, dtype=np.float64).reshape(-1, 7)
+        self.num_reserved = len(self.occupied)
+        self.kinds, self.skipped = [], 0
+
+    def _free(self, box):
+        near = bev_circle_overlap(box[None], self.occupied, self.margin)[0]  # cheap numpy pre-filter
+        if not near.any():
+            return True
+        exact = bev_overlap(torch.from_numpy(box[None]), torch.from_numpy(self.occupied[near]), self.margin)
+        return not bool(exact.any())
 
     def place(self, propose, kind):
         for _ in range(self.max_attempts):
-            box = torch.tensor(propose(), dtype=torch.float64)[None]
-            occupied = self.reserved + self.boxes
-            if not occupied or not bool(bev_overlap(box, torch.stack(occupied), self.margin).any()):
-                self.boxes.append(box[0])
+            box = np.asarray(propose(), dtype=np.float64)
+            if self._free(box):
+                self.occupied = np.concatenate([self.occupied, box[None]])
                 self.kinds.append(kind)
                 return True
         self.skipped += 1
         return False
+
+    @property
+    def boxes(self):
+        """(K, 7) placed boxes (reserved areas excluded)."""
+        return self.occupied[self.num_reserved:]
 
 
 def _jittered(rng, mean, rel):
@@ -148,8 +160,7 @@ def sample_layout(rng, scene, lidar):
         placer.place(lambda: polar(3.0, 50.0, (rng.uniform(0.6, 2.5), rng.uniform(0.6, 2.0), rng.uniform(0.4, 1.3)),
                                    rng.uniform(-math.pi, math.pi)), 'clutter')
 
-    boxes = torch.stack(placer.boxes).numpy() if placer.boxes else np.zeros((0, 7))
-    kinds = placer.kinds
+    boxes, kinds = placer.boxes, placer.kinds
     objects = [i for i, k in enumerate(kinds) if k != 'clutter']
     clutter = [i for i, k in enumerate(kinds) if k == 'clutter']
     order = objects + clutter

@@ -13,6 +13,7 @@ Camera boxes (KITTI ``label_2`` / mmdet3d ``CameraInstance3DBoxes``) are
 """
 import math
 
+import numpy as np
 import torch
 
 BOX_DIM = 7
@@ -168,24 +169,36 @@ def lidar_to_camera_boxes(boxes, lidar2cam):
 # ------------------------------------------------------------------------------ collisions
 def bev_circle_overlap(a, b, margin=0.0):
     """Conservative BEV collision test: (N, M) bool, True where the circumscribed circles of the
-    footprints of ``a`` (N, 7) and ``b`` (M, 7) come closer than ``margin`` (never misses an overlap)."""
-    ra = torch.linalg.vector_norm(a[:, 3:5], dim=1) * 0.5
-    rb = torch.linalg.vector_norm(b[:, 3:5], dim=1) * 0.5
-    dist = torch.cdist(a[:, :2].double(), b[:, :2].double())
-    return dist < (ra[:, None] + rb[None, :] + margin).double()
+    footprints of ``a`` (N, 7) and ``b`` (M, 7), each footprint grown by ``margin`` in l and w, intersect.
+    Never misses a pair that :func:`bev_overlap` reports.  Accepts torch tensors or numpy arrays
+    (computed in float64, returned as the same kind)."""
+    if isinstance(a, torch.Tensor):
+        a, b = a.double(), b.double()
+    else:
+        a, b = np.asarray(a, dtype=np.float64).reshape(-1, 7), np.asarray(b, dtype=np.float64).reshape(-1, 7)
+    ra = ((a[:, 3] + margin) ** 2 + (a[:, 4] + margin) ** 2) ** 0.5 * 0.5
+    rb = ((b[:, 3] + margin) ** 2 + (b[:, 4] + margin) ** 2) ** 0.5 * 0.5
+    dx = a[:, None, 0] - b[None, :, 0]
+    dy = a[:, None, 1] - b[None, :, 1]
+    return dx * dx + dy * dy < (ra[:, None] + rb[None, :]) ** 2
 
 
 def bev_overlap(a, b, margin=0.0):
     """BEV collision test between (N, 7) and (M, 7) boxes: (N, M) bool.
 
-    Uses the rotated-rectangle IoU of ``fsdlite.ops.boxes_iou_bev`` when that op is available
-    (sizes enlarged by ``margin``), otherwise the conservative :func:`bev_circle_overlap`.
+    True where the footprints, each grown by ``margin`` in l and w (so a gap of at least ``margin``
+    separates non-colliding boxes), overlap with positive area.  Uses the rotated-rectangle IoU of
+    ``fsdlite.ops.boxes_iou_bev`` when that op is available, otherwise the conservative
+    :func:`bev_circle_overlap`.
     """
+    near = bev_circle_overlap(a, b, margin)
     try:
         from fsdlite.ops import boxes_iou_bev
     except (ImportError, AttributeError):
-        return bev_circle_overlap(a, b, margin)
+        return near
+    if not bool(near.any()):
+        return near
     grown_a, grown_b = a.clone(), b.clone()
     grown_a[:, 3:5] += margin
     grown_b[:, 3:5] += margin
-    return boxes_iou_bev(grown_a.float(), grown_b.float()) > 0
+    return (boxes_iou_bev(grown_a.double(), grown_b.double()) > 0) & near
