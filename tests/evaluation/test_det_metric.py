@@ -85,3 +85,83 @@ def test_iou_3d_from_bev_hand_case():
     assert torch.allclose(iou, torch.tensor([[2 / 14, 0.0, 0.0]]))
     with pytest.raises(ValueError, match='iou_bev'):
         boxes_iou_3d_from_bev(a, b, bev.T)
+
+
+# ----------------------------------------------------------------------------- the registered metric
+def _frame(gt_boxes, gt_labels, boxes, scores, labels, num_points=None):
+    from fsdlite.structures import Det3DDataSample, InstanceData
+
+    s = Det3DDataSample(metainfo={} if num_points is None else dict(num_points_in_gt=num_points))
+    s.gt_instances_3d = InstanceData(bboxes_3d=torch.tensor(gt_boxes, dtype=torch.float32).view(-1, 7),
+                                     labels_3d=torch.tensor(gt_labels, dtype=torch.int64))
+    s.pred_instances_3d = InstanceData(bboxes_3d=torch.tensor(boxes, dtype=torch.float32).view(-1, 7),
+                                       scores_3d=torch.tensor(scores, dtype=torch.float32),
+                                       labels_3d=torch.tensor(labels, dtype=torch.int64))
+    return s.to_dict()  # what mmengine's Evaluator hands to metrics
+
+
+CAR = [10.0, 0.0, -1.7, 4.0, 2.0, 1.5, 0.3]
+PED = [5.0, 5.0, -1.7, 0.8, 0.6, 1.7, 0.0]
+
+
+def _metric(**kw):
+    from fsdlite.registry import METRICS
+
+    return METRICS.build(dict(type='DetMetric', classes=('Car', 'Pedestrian', 'Cyclist'), **kw))
+
+
+def test_metric_perfect_and_shifted():
+    def along_heading(box, d):
+        out = list(box)
+        out[0] += d * math.cos(box[6])
+        out[1] += d * math.sin(box[6])
+        return out
+
+    shifted = along_heading(CAR, 0.6)  # BEV IoU (4 - 0.6) / (4 + 0.6) = 0.739 -> TP at 0.7 and 0.5
+    far = along_heading(CAR, 1.5)      # IoU 2.5 / 5.5 = 0.4545 -> FP at 0.5
+    metric = _metric()
+    metric.process({}, [_frame([CAR, PED], [0, 1], [CAR, PED], [0.9, 0.8], [0, 1]),
+                        _frame([CAR], [0], [shifted], [0.7], [0]),
+                        _frame([CAR], [0], [far], [0.95], [0])])
+    res = metric.compute_metrics(metric.results)
+    # cars: scores 0.95 FP, 0.9 TP, 0.7 TP over 3 GT -> precision 1/2 at recall 1/3, 2/3 at 2/3, recall capped
+    expected = (26 * (2 / 3) + 0) / 40  # positions k/40 <= 2/3 -> k = 1..26, best precision there is 2/3
+    assert res['Car_BEV_AP@0.7'] == pytest.approx(expected)
+    assert res['Car_BEV_AP@0.5'] == pytest.approx(expected)
+    assert res['Pedestrian_BEV_AP@0.5'] == pytest.approx(1.0)
+    assert res['Pedestrian_3D_AP@0.25'] == pytest.approx(1.0)
+    assert math.isnan(res['Cyclist_BEV_AP@0.5'])
+    assert res['BEV_mAP'] == pytest.approx((expected + 1.0) / 2)  # cyclist (no GT) is left out
+    assert set(res) >= {'Car_3D_AP@0.7', 'BEV_mAP_loose', '3D_mAP'}
+
+
+def test_metric_3d_needs_z_overlap():
+    lifted = list(CAR)
+    lifted[2] += 1.0  # same footprint, z overlap 0.5 of 1.5 -> 3D IoU 1/5
+    metric = _metric(iou_thresholds=dict(Car=(0.7, 0.15)))
+    metric.process({}, [_frame([CAR], [0], [lifted], [0.9], [0])])
+    res = metric.compute_metrics(metric.results)
+    assert res['Car_BEV_AP@0.7'] == pytest.approx(1.0)
+    assert res['Car_3D_AP@0.7'] == 0.0
+    assert res['Car_3D_AP@0.15'] == pytest.approx(1.0)
+
+
+def test_metric_ignores_sparse_gt():
+    metric = _metric(min_gt_points=5)
+    metric.process({}, [_frame([CAR, PED], [0, 1], [CAR], [0.9], [0], num_points=[100, 2])])
+    res = metric.compute_metrics(metric.results)
+    assert res['Car_BEV_AP@0.7'] == pytest.approx(1.0)
+    assert math.isnan(res['Pedestrian_BEV_AP@0.5'])  # its only GT is ignored: no requirement
+    with pytest.raises(KeyError, match='num_points_in_gt'):
+        _metric(min_gt_points=5).process({}, [_frame([CAR], [0], [], [], [])])
+
+
+def test_metric_invalid():
+    with pytest.raises(ValueError, match='iou_thresholds'):
+        _metric(iou_thresholds=dict(Car=(0.7, 0.5, 0.3)))
+    with pytest.raises(ValueError, match='kinds'):
+        _metric(kinds=('bev', 'aos'))
+    with pytest.raises(ValueError, match='labels_3d'):
+        _metric().process({}, [_frame([CAR], [0], [CAR], [0.9], [7])])
+    with pytest.raises(KeyError, match='pred_instances_3d'):
+        _metric().process({}, [{'gt_instances_3d': {}}])

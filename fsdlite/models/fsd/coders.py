@@ -4,8 +4,14 @@
   ``t = sign(d) * sqrt(|d|)`` (compresses long offsets) and decoded as ``d = t * |t|``.
 * Boxes (:class:`PointBoxCoder`): a 7-dof lidar box ``[x, y, z_bottom, l, w, h, yaw]`` is coded
   relative to a reference point ``r`` (a cluster centre or a virtual voxel centre) as 8 numbers
-  ``[x - r_x, y - r_y, z_gravity - r_z, log l, log w, log h, sin yaw, cos yaw]``.
+  ``[x - r_x, y - r_y, z_gravity - r_z, log l, log w, log h, sin a, cos a]`` with
+  ``a = yaw * 2 pi / yaw_period``.  ``yaw_period=2 pi`` keeps the heading direction;
+  ``yaw_period=pi`` codes only the orientation (a box and its 180-degree turn are the same
+  target), which is what lidar can observe of front/back-symmetric objects and all that BEV / 3D
+  IoU measure.
 """
+import math
+
 import torch
 
 from ...registry import TASK_UTILS
@@ -28,12 +34,17 @@ class PointBoxCoder:
     Args:
         max_log_dim (float): log-dimensions are clamped to this value when decoding, so an untrained
             head cannot produce overflowing (inf) sizes.
+        yaw_period (float): ``2 pi`` (heading) or ``pi`` (orientation only); decoded yaw lies in
+            ``(-yaw_period / 2, yaw_period / 2]``.
     """
 
     code_size = 8
 
-    def __init__(self, max_log_dim=4.0):
+    def __init__(self, max_log_dim=4.0, yaw_period=2 * math.pi):
         self.max_log_dim = float(max_log_dim)
+        if not any(math.isclose(float(yaw_period), p) for p in (math.pi, 2 * math.pi)):
+            raise ValueError(f'PointBoxCoder: yaw_period must be pi or 2 pi, got {yaw_period!r}')
+        self.yaw_scale = 2 * math.pi / float(yaw_period)
 
     def encode(self, boxes, ref_xyz):
         """Encode boxes (K, 7) (bottom-centre z, positive dims) relative to ``ref_xyz`` (K, 3) -> (K, 8)."""
@@ -44,8 +55,8 @@ class PointBoxCoder:
         if dims.numel() and not bool((dims > 0).all()):
             raise ValueError(f'PointBoxCoder.encode: box dimensions (l, w, h) must be > 0, got min {float(dims.min())}')
         centre = torch.cat([boxes[..., :2], boxes[..., 2:3] + 0.5 * boxes[..., 5:6]], dim=-1)
-        yaw = boxes[..., 6:7]
-        return torch.cat([centre - ref_xyz, dims.log(), yaw.sin(), yaw.cos()], dim=-1)
+        angle = boxes[..., 6:7] * self.yaw_scale
+        return torch.cat([centre - ref_xyz, dims.log(), angle.sin(), angle.cos()], dim=-1)
 
     def decode(self, codes, ref_xyz):
         """Decode codes (..., 8) relative to ``ref_xyz`` (..., 3) into boxes (..., 7) with bottom-centre z."""
@@ -54,6 +65,6 @@ class PointBoxCoder:
                              f'leading shapes, got {tuple(codes.shape)} and {tuple(ref_xyz.shape)}')
         centre = codes[..., :3] + ref_xyz
         dims = codes[..., 3:6].clamp(max=self.max_log_dim).exp()
-        yaw = torch.atan2(codes[..., 6:7], codes[..., 7:8])
+        yaw = torch.atan2(codes[..., 6:7], codes[..., 7:8]) / self.yaw_scale
         bottom = centre[..., 2:3] - 0.5 * dims[..., 2:3]
         return torch.cat([centre[..., :2], bottom, dims, yaw], dim=-1)

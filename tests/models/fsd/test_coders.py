@@ -69,3 +69,17 @@ def test_box_coder_invalid():
         coder.encode(bad, torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r'\(\.\.\., 8\)'):
         coder.decode(torch.zeros(2, 7), torch.zeros(2, 3))
+
+
+def test_box_coder_orientation_only():
+    coder = PointBoxCoder(yaw_period=math.pi)
+    box = torch.tensor([[1.0, 2.0, 0.0, 4.0, 2.0, 1.5, 0.4]])
+    turned = box.clone()
+    turned[0, 6] += math.pi
+    ref = torch.zeros(1, 3)
+    assert torch.allclose(coder.encode(box, ref), coder.encode(turned, ref), atol=1e-6)
+    assert torch.allclose(coder.decode(coder.encode(turned, ref), ref), box, atol=1e-5)
+    decoded = coder.decode(coder.encode(torch.tensor([[0, 0, 0, 1, 1, 1, 2.0]]), ref), ref)
+    assert decoded[0, 6] == pytest.approx(2.0 - math.pi, abs=1e-5)  # folded into (-pi/2, pi/2]
+    with pytest.raises(ValueError, match='yaw_period'):
+        PointBoxCoder(yaw_period=1.0)

@@ -1,0 +1,147 @@
+"""Shared body of the fully sparse detectors (FSD-lite, FSDv2-lite).
+
+Both run the sparse segmentor (VFE -> sparse UNet -> voxel-to-point neck) with a
+:class:`~fsdlite.models.fsd.VoteSegHead`, sample foreground points with their voted centres,
+turn them into *instances* (clusters for FSD-lite, virtual voxels for FSDv2-lite; subclasses
+implement :meth:`instances`) and predict one box per instance with a
+:class:`~fsdlite.models.fsd.ClusterHead`.  Everything between the data preprocessor and the
+per-sample outputs is tensor code over sample/segment ids (no Python loop over samples).
+"""
+from typing import NamedTuple, Optional
+
+import torch
+
+from ...registry import TASK_UTILS
+from ...structures import Det3DDataSample, InstanceData
+from ..fsd.gt import collect_gt
+from ..layers.builder import build_module
+from ..segmentors.sparse_segmentor import SparseSegmentor
+
+
+class Instances(NamedTuple):
+    """Instance features ``feats`` (K, D), reference points ``xyz`` (K, 3), ``batch`` (K,), ``labels``
+    (K,) class of each instance or None (the head predicts it), and ``stats`` (scalars to log)."""
+
+    feats: torch.Tensor
+    xyz: torch.Tensor
+    batch: torch.Tensor
+    labels: Optional[torch.Tensor]
+    stats: dict
+
+
+def _same(a, b):
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def build_task_util(name, cfg, **values):
+    """Build a TASK_UTILS config with ``values`` filled in; a contradicting explicit value raises."""
+    cfg = dict(cfg)
+    for key, value in values.items():
+        if key in cfg and not _same(cfg[key], value):
+            raise ValueError(f'{name}.{key}={cfg[key]!r} contradicts the model ({key}={value!r}); omit it or fix it')
+        cfg[key] = value
+    return TASK_UTILS.build(cfg)
+
+
+class SparseDetectorBase(SparseSegmentor):
+    """Segmentor + vote head + foreground sampler + instance stage (subclass) + box head.
+
+    Args:
+        voxel_encoder, backbone, neck (dict): the segmentor's components.
+        seg_head (dict): a ``VoteSegHead`` config.
+        fg_sampler (dict): a ``ForegroundSampler`` config (TASK_UTILS); ``num_classes`` and
+            ``point_range`` come from the model.
+        bbox_head (dict): a ``ClusterHead`` config; ``in_channels`` and ``num_classes`` come from the model.
+        data_preprocessor (dict): e.g. ``LidarDataPreprocessor``.
+        voxel_size, point_range: the segmentor's voxel grid, shared by every part (see SparseSegmentor).
+
+    ``runtime_info`` (``fg_mode`` 'threshold' | 'topk', ``threshold_offset``) is set by
+    :class:`~fsdlite.engine.fsd_hooks.FSDWarmupHook` during training; prediction always thresholds.
+    """
+
+    def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head, data_preprocessor=None,
+                 voxel_size=None, point_range=None, init_cfg=None):
+        super().__init__(voxel_encoder, backbone, neck, seg_head, data_preprocessor=data_preprocessor,
+                         voxel_size=voxel_size, point_range=point_range, init_cfg=init_cfg)
+        if not hasattr(self.seg_head, 'vote_layer'):
+            raise TypeError(f'{type(self).__name__}: seg_head must predict votes (VoteSegHead), got '
+                            f'{type(self.seg_head).__name__}')
+        self.point_range = tuple(float(v) for v in self.voxel_encoder.point_range)
+        self.fg_sampler = build_task_util('fg_sampler', fg_sampler, num_classes=self.num_classes,
+                                          point_range=self.point_range)
+        self._bbox_head_cfg = bbox_head
+        self.runtime_info = dict(fg_mode='threshold', threshold_offset=0.0)
+
+    def build_bbox_head(self, in_channels):
+        """Build the box head for instance features of width ``in_channels`` (called by subclasses)."""
+        self.bbox_head = build_module(self._bbox_head_cfg, in_channels=in_channels, num_classes=self.num_classes)
+        if self.bbox_head.num_classes != self.num_classes:
+            raise ValueError(f'bbox_head.num_classes={self.bbox_head.num_classes} contradicts the segmentation '
+                             f'head (num_classes={self.num_classes})')
+
+    def instances(self, inputs, point_feats, seg_outputs, fg):
+        """Build :class:`Instances` from the foreground points (implemented by subclasses)."""
+        raise NotImplementedError
+
+    def _forward_instances(self, inputs, training):
+        """Run everything up to the box head; returns (seg_outputs, Instances, cls_logits, box_codes)."""
+        point_feats = self.extract_feat(inputs)
+        seg_outputs = self.seg_head(point_feats)
+        mode = self.runtime_info['fg_mode'] if training else 'threshold'
+        offset = self.runtime_info['threshold_offset'] if training else 0.0
+        fg = self.fg_sampler(seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'], inputs['points'][:, :3],
+                             inputs['batch'], inputs['batch_size'], mode=mode, threshold_offset=offset)
+        inst = self.instances(inputs, point_feats, seg_outputs, fg)
+        inst.stats.update(num_fg_points=fg.point_index.numel(), num_fg_over_budget=int(fg.num_over_budget),
+                          num_instances=inst.feats.shape[0])
+        cls_logits, box_codes = self.bbox_head(inst.feats)
+        return seg_outputs, inst, cls_logits, box_codes
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        """'loss' -> dict of losses (and logged counts); 'predict' -> data samples with ``pred_instances_3d``
+        (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,), ``labels_3d`` (D_i,)); 'tensor' -> dict of raw outputs."""
+        return super().forward(inputs, data_samples, mode)
+
+    def _head_outputs(self, inputs):
+        if inputs['voxel_coors'].shape[0] == 0:
+            return None
+        seg_outputs, inst, cls_logits, box_codes = self._forward_instances(inputs, self.training)
+        return dict(seg_outputs, cls_logits=cls_logits, box_codes=box_codes, instance_xyz=inst.xyz,
+                    instance_batch=inst.batch, instance_labels=inst.labels)
+
+    def loss(self, inputs, data_samples):
+        """Segmentation, vote, classification and box losses; counts (fg points, instances, positives) are logged."""
+        if data_samples is None:
+            raise ValueError("mode='loss' needs data_samples with gt_instances_3d")
+        device = inputs['points'].device
+        gt = collect_gt(data_samples, device, self.num_classes)
+        if inputs['voxel_coors'].shape[0] == 0:
+            zero = sum(p.sum() for p in self.parameters()) * 0.0
+            return dict(loss_seg=zero, loss_vote=zero, loss_cls=zero, loss_bbox=zero)
+        seg_outputs, inst, cls_logits, box_codes = self._forward_instances(inputs, True)
+        targets = self.seg_head.get_targets(points=inputs['points'], batch=inputs['batch'], gt=gt)
+        losses = self.seg_head.loss(seg_outputs, targets)
+        losses.update(self.bbox_head.loss(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, gt))
+        losses.update({k: torch.as_tensor(float(v), device=device) for k, v in inst.stats.items()})
+        return losses
+
+    def predict(self, inputs, data_samples=None):
+        """Boxes per sample in ``pred_instances_3d`` (empty when a sample has no voxel or detection)."""
+        batch_size = inputs['batch_size']
+        if data_samples is None:
+            data_samples = [Det3DDataSample() for _ in range(batch_size)]
+        device = inputs['points'].device
+        boxes, scores = torch.zeros(0, 7, device=device), torch.zeros(0, device=device)
+        labels = batch = torch.zeros(0, dtype=torch.int64, device=device)
+        if inputs['voxel_coors'].shape[0]:
+            _, inst, cls_logits, box_codes = self._forward_instances(inputs, False)
+            boxes, scores, labels, batch = self.bbox_head.predict(cls_logits, box_codes, inst.xyz, inst.batch,
+                                                                  inst.labels)
+        order = torch.argsort(batch, stable=True)
+        sizes = torch.bincount(batch, minlength=batch_size).tolist()
+        for sample, b, s, lab in zip(data_samples, boxes[order].split(sizes), scores[order].split(sizes),
+                                     labels[order].split(sizes)):
+            sample.pred_instances_3d = InstanceData(bboxes_3d=b.detach(), scores_3d=s.detach(), labels_3d=lab)
+        return data_samples

@@ -1,0 +1,52 @@
+"""FSD-lite: FSD v1's fully sparse chain without its RCNN stage.
+
+segmentor (VFE -> SparseUNet -> neck) -> VoteSegHead -> foreground sampling -> grouping of voted
+centres (class-wise voxels + connected components) -> SIR over each cluster's points ->
+ClusterHead (one box per cluster, relative to the cluster's mean voted centre) -> rotated BEV NMS.
+"""
+import torch
+
+from ...registry import MODELS
+from ..fsd.indexing import mask_to_index
+from ..layers.builder import build_module
+from .base import Instances, SparseDetectorBase, build_task_util
+
+
+@MODELS.register_module()
+class FSDLite(SparseDetectorBase):
+    """FSD-lite detector (see the module docstring).
+
+    Args:
+        cluster_assigner (dict): a ``ClusterAssigner`` config (TASK_UTILS; ``num_classes`` and ``point_range``
+            come from the model).
+        sir (dict): a ``SIR`` config; ``in_channels`` defaults to the SIR input width
+            (neck channels + point features beyond xyz + 3 for the vote offset).
+        **kwargs: see :class:`~fsdlite.models.detectors.base.SparseDetectorBase`.
+    SIR input per foreground point: ``[neck feature, raw point features (C - 3), voted centre - point]``.
+    """
+
+    def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, cluster_assigner, sir, bbox_head,
+                 data_preprocessor=None, voxel_size=None, point_range=None, init_cfg=None):
+        super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
+                         data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
+                         init_cfg=init_cfg)
+        self.cluster_assigner = build_task_util('cluster_assigner', cluster_assigner, num_classes=self.num_classes,
+                                                point_range=self.point_range)
+        sir_in = self.neck.out_channels + self.voxel_encoder.in_channels - 3 + 3
+        self.sir = build_module(sir, in_channels=sir_in)
+        self.build_bbox_head(self.sir.out_channels)
+
+    def instances(self, inputs, point_feats, seg_outputs, fg):
+        """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""
+        from fsdlite.ops import segment_reduce
+
+        clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
+        keep = mask_to_index(clusters.point_cluster >= 0)
+        point, cluster, centre = fg.point_index[keep], clusters.point_cluster[keep], fg.centre[keep]
+        num = clusters.num_clusters
+        cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
+        xyz = inputs['points'][point, :3]
+        feats = torch.cat([point_feats[point], inputs['points'][point, 3:], centre - xyz], dim=1)
+        cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
+        stats = dict(num_grouping_dropped=int(clusters.num_dropped))
+        return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)
