@@ -1,0 +1,27 @@
+"""An out-of-tree fsdlite plugin: registers ``ResidualPointSegHead`` into fsdlite's MODELS registry.
+
+Configs load it with ``custom_imports = dict(imports=['fsdlite_plugin_example'])`` (the folder
+``examples/plugin`` must be on ``PYTHONPATH``); nothing inside fsdlite is edited.
+"""
+from torch import nn
+
+from fsdlite.models.heads.point_seg_head import PointSegHead
+from fsdlite.registry import MODELS
+
+
+@MODELS.register_module()
+class ResidualPointSegHead(PointSegHead):
+    """PointSegHead whose shared MLP output gets a projected shortcut of its input.
+
+    Args: as :class:`PointSegHead`. Input (P, C_in) point features; outputs as PointSegHead.
+    """
+
+    def __init__(self, in_channels, num_classes, hidden_channels=(128, 128),
+                 loss_seg=dict(type='SigmoidFocalLoss', gamma=3.0, alpha=0.8), score_thr=0.5, ignore_index=-1):
+        super().__init__(in_channels, num_classes, hidden_channels=hidden_channels, loss_seg=loss_seg,
+                         score_thr=score_thr, ignore_index=ignore_index)
+        self.shortcut = nn.Linear(in_channels, self.seg_feat_channels, bias=False)
+
+    def forward(self, point_feats):
+        seg_feats = self.shared(point_feats) + self.shortcut(point_feats)
+        return dict(seg_logits=self.cls_layer(seg_feats), seg_feats=seg_feats)
