@@ -12,12 +12,6 @@
 namespace fsdlite::kp_aggregate {
 namespace {
 
-struct Args {
-  kp::GeometryTensors g;
-  at::Tensor x, dw, gen;  // dw (K, C) or undefined; gen (M, K, W) or undefined
-  int64_t c, w;
-};
-
 // Checks generated weights (M, slots, W) with W dividing C.
 at::Tensor check_gen(const at::Tensor& gen, const at::Tensor& features, int64_t m, int64_t slots,
                      const char* slots_what, const char* op, const char* arg) {
@@ -31,6 +25,8 @@ at::Tensor check_gen(const at::Tensor& gen, const at::Tensor& features, int64_t 
               " feature channels");
   return gen.contiguous();
 }
+
+}  // namespace
 
 Args check_args(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
                 const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
@@ -58,6 +54,25 @@ Args check_args(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tens
   return a;
 }
 
+void check_grad_out(const at::Tensor& grad_out, const Args& a) {
+  constexpr const char* op = "kp_aggregate_backward";
+  check_dim(grad_out, 2, op, "grad_out");
+  check_dtype(grad_out, a.x.scalar_type(), op, "grad_out");
+  check_same_device(a.x, grad_out, op, "features", "grad_out");
+  check_size(grad_out, 0, a.g.m, op, "grad_out", "q_pts.size(0)");
+  check_size(grad_out, 1, a.c, op, "grad_out", "features.size(1)");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_grads(const Args& a, std::array<bool, 3> mask) {
+  const auto opts = a.x.options();
+  const bool need_d = mask[1] && a.dw.defined(), need_a = mask[2] && a.gen.defined();
+  return {mask[0] ? at::zeros({a.g.n, a.c}, opts) : at::empty({0}, opts),
+          need_d ? at::zeros({a.g.k, a.c}, opts) : at::empty({0}, opts),
+          need_a ? at::zeros({a.g.m, a.g.k, a.w}, opts) : at::empty({0}, opts)};
+}
+
+namespace {
+
 // t (b, K, C) *= D[k, c] * A[q, k, c / G] for the defined factors.
 void apply_weights(at::Tensor& t, const Args& a, int64_t start) {
   const int64_t b = t.size(0);
@@ -66,19 +81,19 @@ void apply_weights(at::Tensor& t, const Args& a, int64_t start) {
     t.view({b, a.g.k, a.w, a.c / a.w}).mul_(a.gen.narrow(0, start, b).unsqueeze(-1));
 }
 
-at::Tensor forward(const Args& a, const kp::Primitives& p) {
+}  // namespace
+
+at::Tensor forward_chunked(const Args& a, const kp::Primitives& p) {
   const auto& g = a.g;
   at::Tensor out = at::zeros({g.m, a.c}, a.x.options());
   if (g.m == 0 || a.c == 0) return out;
   const int64_t rows = kp::chunk_rows(g, a.c, p.chunk_elements);
-  at::Tensor infl_buf = at::empty({rows, g.h, g.k}, a.x.options());
   at::Tensor acc_buf = at::empty({rows, g.k, a.c}, a.x.options());
+  at::Tensor no_infl;
   for (int64_t start = 0; start < g.m; start += rows) {
     const int64_t b = std::min(rows, g.m - start);
-    at::Tensor infl = infl_buf.narrow(0, 0, b);
     at::Tensor acc = acc_buf.narrow(0, 0, b);
-    p.influences(g, start, infl);
-    p.gather(g, a.x, infl, start, acc);
+    p.gather(g, a.x, start, acc, no_infl, true);
     apply_weights(acc, a, start);
     at::Tensor o = out.narrow(0, start, b);
     at::sum_out(o, acc, {1});
@@ -86,14 +101,12 @@ at::Tensor forward(const Args& a, const kp::Primitives& p) {
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_out, const Args& a,
-                                                        std::array<bool, 3> mask, const kp::Primitives& p) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_chunked(const at::Tensor& grad_out, const Args& a,
+                                                                std::array<bool, 3> mask, const kp::Primitives& p) {
   const auto& g = a.g;
   const auto opts = a.x.options();
   const bool need_x = mask[0], need_d = mask[1] && a.dw.defined(), need_a = mask[2] && a.gen.defined();
-  at::Tensor gx = need_x ? at::zeros({g.n, a.c}, opts) : at::empty({0}, opts);
-  at::Tensor gd = need_d ? at::zeros({g.k, a.c}, opts) : at::empty({0}, opts);
-  at::Tensor ga = need_a ? at::zeros({g.m, g.k, a.w}, opts) : at::empty({0}, opts);
+  auto [gx, gd, ga] = allocate_grads(a, mask);
   if (g.m == 0 || a.c == 0 || !(need_x || need_d || need_a)) return {gx, gd, ga};
   const at::Tensor go = grad_out.contiguous();
   const int64_t rows = kp::chunk_rows(g, a.c, p.chunk_elements);
@@ -102,11 +115,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   for (int64_t start = 0; start < g.m; start += rows) {
     const int64_t b = std::min(rows, g.m - start);
     at::Tensor infl = infl_buf.narrow(0, 0, b);
-    p.influences(g, start, infl);
     const at::Tensor gq = go.narrow(0, start, b).unsqueeze(1);  // (b, 1, C)
     if (need_d || need_a) {
       at::Tensor acc = acc_buf.narrow(0, 0, b);
-      p.gather(g, a.x, infl, start, acc);
+      p.gather(g, a.x, start, acc, infl, true);
+    } else {
+      p.influences(g, start, infl);
+    }
+    if (need_d || need_a) {
+      at::Tensor acc = acc_buf.narrow(0, 0, b);
       acc.mul_(gq);  // acc * g
       if (need_a) {
         at::Tensor t = a.dw.defined() ? acc.mul(a.dw.unsqueeze(0)) : acc;
@@ -125,6 +142,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& grad_o
   }
   return {gx, gd, ga};
 }
+
+namespace {
 
 struct NeighborArgs {
   at::Tensor nb, x, gen;
@@ -160,32 +179,6 @@ at::Tensor gather_chunk(const NeighborArgs& a, const at::Tensor& nbq, const at::
 }
 
 }  // namespace
-
-at::Tensor kp_aggregate_op(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-                           const at::Tensor& features, const at::Tensor& kernel_points,
-                           const c10::optional<at::Tensor>& depthwise, const c10::optional<at::Tensor>& gen_weights,
-                           double sigma, c10::string_view influence, c10::string_view aggregation,
-                           const kp::Primitives& p) {
-  return forward(check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                            influence, aggregation),
-                 p);
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_backward_op(
-    const at::Tensor& grad_out, const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-    const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
-    const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
-    c10::string_view aggregation, std::array<bool, 3> output_mask, const kp::Primitives& p) {
-  constexpr const char* op = "kp_aggregate_backward";
-  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                            influence, aggregation);
-  check_dim(grad_out, 2, op, "grad_out");
-  check_dtype(grad_out, features.scalar_type(), op, "grad_out");
-  check_same_device(features, grad_out, op, "features", "grad_out");
-  check_size(grad_out, 0, a.g.m, op, "grad_out", "q_pts.size(0)");
-  check_size(grad_out, 1, a.c, op, "grad_out", "features.size(1)");
-  return backward(grad_out, a, output_mask, p);
-}
 
 at::Tensor neighbor_aggregate_op(const at::Tensor& neighbors, const at::Tensor& features, const at::Tensor& weights,
                                  int64_t chunk_elements) {

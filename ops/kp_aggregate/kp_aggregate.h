@@ -19,18 +19,29 @@
 
 namespace fsdlite::kp_aggregate {
 
-at::Tensor kp_aggregate_op(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-                           const at::Tensor& features, const at::Tensor& kernel_points,
-                           const c10::optional<at::Tensor>& depthwise, const c10::optional<at::Tensor>& gen_weights,
-                           double sigma, c10::string_view influence, c10::string_view aggregation,
-                           const kp::Primitives& p);
+// Validated, contiguous arguments of kp_aggregate.
+struct Args {
+  kp::GeometryTensors g;
+  at::Tensor x, dw, gen;  // x (N, C); dw (K, C) or undefined; gen (M, K, W) or undefined
+  int64_t c, w;
+};
 
-// Gradients (features, depthwise, gen_weights); an unrequested or absent one is an empty (0,) tensor.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_backward_op(
-    const at::Tensor& grad_out, const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-    const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
-    const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
-    c10::string_view aggregation, std::array<bool, 3> output_mask, const kp::Primitives& p);
+Args check_args(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
+                const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
+                const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
+                c10::string_view aggregation);
+
+// Checks grad_out (M, C) of a kp_aggregate backward call.
+void check_grad_out(const at::Tensor& grad_out, const Args& a);
+
+// Zero-filled gradients (features, depthwise, gen_weights); unrequested or absent ones are (0,).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_grads(const Args& a, std::array<bool, 3> mask);
+
+// Device-generic drivers: chunked correlation through the kernel-point primitives, then ATen
+// elementwise products on (rows, K, C) chunks (used by the CUDA build).
+at::Tensor forward_chunked(const Args& a, const kp::Primitives& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_chunked(const at::Tensor& grad_out, const Args& a,
+                                                                std::array<bool, 3> mask, const kp::Primitives& p);
 
 at::Tensor neighbor_aggregate_op(const at::Tensor& neighbors, const at::Tensor& features, const at::Tensor& weights,
                                  int64_t chunk_elements);

@@ -13,8 +13,9 @@ at::Tensor kp_aggregate_cuda(const at::Tensor& q_pts, const at::Tensor& s_pts, c
                              const c10::optional<at::Tensor>& depthwise, const c10::optional<at::Tensor>& gen_weights,
                              double sigma, c10::string_view influence, c10::string_view aggregation) {
   c10::cuda::CUDAGuard guard(features.device());
-  return kpa::kp_aggregate_op(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                              influence, aggregation, fsdlite::kp::cuda::primitives());
+  return kpa::forward_chunked(kpa::check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise,
+                                              gen_weights, sigma, influence, aggregation),
+                              fsdlite::kp::cuda::primitives());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_backward_cuda(
@@ -23,9 +24,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_backward_cuda(
     const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
     c10::string_view aggregation, std::array<bool, 3> output_mask) {
   c10::cuda::CUDAGuard guard(features.device());
-  return kpa::kp_aggregate_backward_op(grad_out, q_pts, s_pts, neighbors, features, kernel_points, depthwise,
-                                       gen_weights, sigma, influence, aggregation, output_mask,
-                                       fsdlite::kp::cuda::primitives());
+  const kpa::Args a = kpa::check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights,
+                                      sigma, influence, aggregation);
+  kpa::check_grad_out(grad_out, a);
+  return kpa::backward_chunked(grad_out, a, output_mask, fsdlite::kp::cuda::primitives());
 }
 
 at::Tensor neighbor_aggregate_cuda(const at::Tensor& neighbors, const at::Tensor& features,

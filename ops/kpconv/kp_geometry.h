@@ -43,11 +43,11 @@ FSDLITE_KP_HD T kp_exp(T v) {
 template <typename T>
 FSDLITE_KP_HD T influence_of(Influence mode, T d2, T sigma, T* slope) {
   if (mode == Influence::Linear) {
-    const T d = kp_sqrt(d2);
-    if (d >= sigma) {
+    if (d2 >= sigma * sigma) {  // outside the extent: no sqrt needed
       *slope = T(0);
       return T(0);
     }
+    const T d = kp_sqrt(d2);
     *slope = d > T(0) ? T(-0.5) / (sigma * d) : T(0);
     return T(1) - d / sigma;
   }

@@ -101,9 +101,11 @@ inline GeometryTensors check_geometry(const at::Tensor& q_pts, const at::Tensor&
 struct Primitives {
   // infl (rows, H, K) <- influences of every neighbour slot.
   void (*influences)(const GeometryTensors& g, int64_t start, at::Tensor& infl);
-  // acc (rows, K, C) <- sum_h infl[q, h, k] * x[nb[q, h]]  (shadow neighbours skipped).
-  void (*gather)(const GeometryTensors& g, const at::Tensor& x, const at::Tensor& infl, int64_t start,
-                 at::Tensor& acc);
+  // acc (rows, K, C) <- sum_h infl[q, h, k] * x[nb[q, h]]  (shadow neighbours skipped).  With
+  // `compute` the influences are computed here (and also stored into `infl` when it is defined);
+  // otherwise they are read from `infl`.
+  void (*gather)(const GeometryTensors& g, const at::Tensor& x, int64_t start, at::Tensor& acc, at::Tensor& infl,
+                 bool compute);
   // gx[nb[q, h]] += sum_k infl[q, h, k] * t[q, k]   (the transpose of gather).
   void (*scatter)(const GeometryTensors& g, const at::Tensor& infl, const at::Tensor& t, int64_t start,
                   at::Tensor& gx);

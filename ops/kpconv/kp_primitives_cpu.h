@@ -27,23 +27,26 @@ inline void influences(const GeometryTensors& g, int64_t start, at::Tensor& infl
   });
 }
 
-inline void gather(const GeometryTensors& g, const at::Tensor& x, const at::Tensor& infl, int64_t start,
-                   at::Tensor& acc) {
+inline void gather(const GeometryTensors& g, const at::Tensor& x, int64_t start, at::Tensor& acc, at::Tensor& infl,
+                   bool compute) {
   const int64_t rows = acc.size(0), c = x.size(1), h = g.h, k = g.k, n = g.n;
-  const int64_t* nb = g.neighbors.data_ptr<int64_t>();
+  const bool store = infl.defined();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "kp_gather_cpu", [&] {
+    const Geometry<scalar_t> geo = g.view<scalar_t>();
     const scalar_t* xs = x.data_ptr<scalar_t>();
-    const scalar_t* w = infl.data_ptr<scalar_t>();
+    scalar_t* buffer = store ? infl.data_ptr<scalar_t>() : nullptr;
     scalar_t* a = acc.data_ptr<scalar_t>();
     at::parallel_for(0, rows, kGrain, [&](int64_t begin, int64_t end) {
+      std::vector<scalar_t> local(store ? 0 : k);
       for (int64_t r = begin; r < end; ++r) {
         scalar_t* arow = a + r * k * c;
         std::fill(arow, arow + k * c, scalar_t(0));
         for (int64_t s = 0; s < h; ++s) {
-          const int64_t j = nb[(start + r) * h + s];
+          const int64_t j = geo.neighbor(start + r, s);
+          scalar_t* wr = store ? buffer + (r * h + s) * k : local.data();
+          if (compute) geo.influences(start + r, s, wr);
           if (j >= n) continue;
           const scalar_t* xr = xs + j * c;
-          const scalar_t* wr = w + (r * h + s) * k;
           for (int64_t kk = 0; kk < k; ++kk) {
             const scalar_t wk = wr[kk];
             if (wk == scalar_t(0)) continue;

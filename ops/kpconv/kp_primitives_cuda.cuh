@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <ATen/ops/empty.h>
 
 #include "kp_primitives.h"
 
@@ -87,14 +88,16 @@ inline void influences(const GeometryTensors& g, int64_t start, at::Tensor& infl
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-inline void gather(const GeometryTensors& g, const at::Tensor& x, const at::Tensor& infl, int64_t start,
-                   at::Tensor& acc) {
+inline void gather(const GeometryTensors& g, const at::Tensor& x, int64_t start, at::Tensor& acc, at::Tensor& infl,
+                   bool compute) {
   const int64_t rows = acc.size(0), c = x.size(1);
+  at::Tensor weights = infl.defined() ? infl : at::empty({rows, g.h, g.k}, x.options());
+  if (compute) influences(g, start, weights);
   if (rows * g.k * c == 0) return;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "kp_gather_cuda", [&] {
     gather_kernel<scalar_t><<<blocks_for(rows * g.k * c), kThreads, 0, stream()>>>(
-        g.neighbors.data_ptr<int64_t>(), x.data_ptr<scalar_t>(), infl.data_ptr<scalar_t>(), start, rows, g.n, g.h,
-        g.k, c, acc.data_ptr<scalar_t>());
+        g.neighbors.data_ptr<int64_t>(), x.data_ptr<scalar_t>(), weights.data_ptr<scalar_t>(), start, rows, g.n,
+        g.h, g.k, c, acc.data_ptr<scalar_t>());
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -54,14 +54,12 @@ at::Tensor forward(const Args& a, const kp::Primitives& p) {
   at::Tensor out = at::zeros({g.m, a.c2}, a.x.options());
   if (g.m == 0 || a.c2 == 0 || a.c1 == 0) return out;
   const int64_t rows = kp::chunk_rows(g, a.c1, p.chunk_elements);
-  at::Tensor infl_buf = at::empty({rows, g.h, g.k}, a.x.options());
   at::Tensor acc_buf = at::empty({rows, g.k, a.c1}, a.x.options());
+  at::Tensor no_infl;  // influences are computed inside the gather and not kept
   for (int64_t start = 0; start < g.m; start += rows) {
     const int64_t b = std::min(rows, g.m - start);
-    at::Tensor infl = infl_buf.narrow(0, 0, b);
     at::Tensor acc = acc_buf.narrow(0, 0, b);
-    p.influences(g, start, infl);
-    p.gather(g, a.x, infl, start, acc);
+    p.gather(g, a.x, start, acc, no_infl, true);
     if (a.mod.defined()) acc.mul_(a.mod.narrow(0, start, b).unsqueeze(-1));
     at::Tensor o = out.narrow(0, start, b);
     at::mm_out(o, acc.view({b, g.k * a.c1}), a.w2d);
@@ -93,11 +91,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(const at::Te
       const int64_t b = std::min(rows, g.m - start);
       const at::Tensor gq = go.narrow(0, start, b);
       at::Tensor infl = infl_buf.narrow(0, 0, b);
-      p.influences(g, start, infl);
       at::Tensor acc, t;
       if (need_acc) {
         acc = acc_buf.narrow(0, 0, b);
-        p.gather(g, a.x, infl, start, acc);
+        p.gather(g, a.x, start, acc, infl, true);  // also stores the influences for the scatter
+      } else {
+        p.influences(g, start, infl);
       }
       if (need_t) {
         t = t_buf.narrow(0, 0, b);
