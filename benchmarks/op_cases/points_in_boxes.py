@@ -1,7 +1,7 @@
 """Benchmark cases of points_in_boxes: the C++ op vs the pure-torch reference (see benchmarks/ops.py).
 
-Sizes: a lidar frame of ~120k points with 50 boxes (one sample), and the same points split over
-4 samples with 50 boxes each; peak memory per variant in a fresh subprocess.
+Sizes: ~120k points with 50 boxes, as one sample and as a batch of 5 samples with 10 boxes each;
+peak memory per variant in a fresh subprocess.
 """
 from pathlib import Path
 
@@ -34,11 +34,11 @@ def variant(variant, num_points, num_boxes, batches):
 def cases(quick):
     n = 12_000 if quick else 120_000
     out = []
-    for batches in (1, 4):
-        kwargs = dict(num_points=n, num_boxes=50, batches=batches)
+    for batches in (1, 5):
+        kwargs = dict(num_points=n, num_boxes=50 // batches, batches=batches)
         labels = ('fsdlite.ops', 'torch reference')
         out.append(dict(
-            op='points_in_boxes', size=f'{n // 1000}k pts x {batches}x50 boxes',
+            op='points_in_boxes', size=f'{n // 1000}k pts x {batches}x{50 // batches} boxes',
             variants={label: variant(label, **kwargs) for label in labels},
             baseline='torch reference',
             memory=dict(script=SCRIPT, function='variant', kwargs=kwargs, variants=list(labels))))

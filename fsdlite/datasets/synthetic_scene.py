@@ -63,7 +63,8 @@ class SceneSpec:
         if missing:
             raise ValueError(f'SceneSpec: classes {missing} need entries in sizes and counts; '
                              f'got sizes for {sorted(self.sizes)} and counts for {sorted(self.counts)}')
-        for name, (lo, hi) in [('distance', self.distance)] + [(f'counts[{c!r}]', self.counts[c]) for c in self.classes]:
+        ranges = [('distance', self.distance)] + [(f'counts[{c!r}]', self.counts[c]) for c in self.classes]
+        for name, (lo, hi) in ranges:
             if not 0 <= lo <= hi:
                 raise ValueError(f'SceneSpec: {name}=({lo}, {hi}) is invalid; expected 0 <= min <= max')
 

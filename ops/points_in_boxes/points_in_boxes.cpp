@@ -56,8 +56,10 @@ Prepared prepare(const at::Tensor& points, const at::Tensor& boxes, const c10::o
   const at::Tensor z_low = bottom ? z : z - half_h;
   const at::Tensor z_high = bottom ? z + b.select(1, 5) : z + half_h;
   const at::Tensor yaw = b.select(1, 6);
-  out.boxes.params = at::stack({b.select(1, 0), b.select(1, 1), z_low, z_high, b.select(1, 3) * 0.5,
-                                b.select(1, 4) * 0.5, at::cos(yaw), at::sin(yaw)},
+  const at::Tensor half_l = b.select(1, 3) * 0.5, half_w = b.select(1, 4) * 0.5;
+  const at::Tensor radius2 = (half_l * half_l + half_w * half_w) * (1.0 + 1e-9) + 1e-12;
+  out.boxes.params = at::stack({b.select(1, 0), b.select(1, 1), z_low, z_high, half_l, half_w, at::cos(yaw),
+                                at::sin(yaw), radius2},
                                1)
                          .contiguous();
   out.boxes.order = at::argsort(bb, /*stable=*/true);

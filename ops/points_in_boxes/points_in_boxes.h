@@ -22,8 +22,9 @@
 
 namespace fsdlite::points_in_boxes {
 
-// Per-box parameters prepared once per call (double): centre x/y, vertical limits, half sizes, cos/sin(yaw).
-enum BoxParam : int64_t { kCx = 0, kCy, kZLow, kZHigh, kHalfL, kHalfW, kCos, kSin, kNumParams };
+// Per-box parameters prepared once per call (double): centre x/y, vertical limits, half sizes, cos/sin(yaw),
+// and the squared radius of a circle safely enclosing the footprint (a cheap early reject).
+enum BoxParam : int64_t { kCx = 0, kCy, kZLow, kZHigh, kHalfL, kHalfW, kCos, kSin, kRadius2, kNumParams };
 
 // The boxes of one call, grouped by sample: `order` lists box indices sorted by (batch, index) and
 // `sorted_batch` the matching batch ids, so the boxes of sample b are a contiguous, index-ordered run.
@@ -81,6 +82,9 @@ FSDLITE_PIB_HOST_DEVICE inline bool contains(const double* p, double px, double 
   if (!(pz >= p[kZLow] && pz <= p[kZHigh])) return false;
   const double dx = sub(px, p[kCx]);
   const double dy = sub(py, p[kCy]);
+  // Outside the padded circumscribed circle: certainly outside (the padding dwarfs rounding errors), so
+  // skipping the exact test cannot change any answer.
+  if (add(mul(dx, dx), mul(dy, dy)) > p[kRadius2]) return false;
   const double local_x = add(mul(dx, p[kCos]), mul(dy, p[kSin]));
   const double local_y = sub(mul(dy, p[kCos]), mul(dx, p[kSin]));
   return local_x > -p[kHalfL] && local_x < p[kHalfL] && local_y > -p[kHalfW] && local_y < p[kHalfW];

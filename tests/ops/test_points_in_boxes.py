@@ -248,7 +248,8 @@ def test_cuda_matches_cpu(dtype):
         gpu = points_in_boxes(points.cuda(), boxes.cuda(), pb.cuda(), bb.cuda(), origin)
         assert torch.equal(gpu.cpu(), cpu)
         cpu_all = points_in_boxes_all(points, boxes, pb, bb, origin)
-        assert torch.equal(points_in_boxes_all(points.cuda(), boxes.cuda(), pb.cuda(), bb.cuda(), origin).cpu(), cpu_all)
+        gpu_all = points_in_boxes_all(points.cuda(), boxes.cuda(), pb.cuda(), bb.cuda(), origin)
+        assert torch.equal(gpu_all.cpu(), cpu_all)
     assert points_in_boxes(points[:0].cuda(), boxes.cuda()).shape == (0,)
     assert points_in_boxes_all(points.cuda(), boxes[:0].cuda()).shape == (5000, 0)
 
