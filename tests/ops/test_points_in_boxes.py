@@ -183,6 +183,23 @@ def test_property_rotation_by_90_degrees(seed, quarter_turns, n, m):
     assert torch.equal(before, after)
 
 
+def test_points_just_inside_corners_survive_the_early_reject():
+    """The circumscribed-circle early reject never drops a point that the exact test keeps."""
+    from fsdlite.structures.boxes import box_corners
+    boxes = torch.tensor([[3.0, -2.0, -1.7, 4.2, 1.7, 1.5, 0.7], [20.0, 5.0, -1.7, 0.8, 0.6, 1.8, -2.9]],
+                         dtype=torch.float64)
+    corners = box_corners(boxes)[:, :4]  # bottom corners
+    centre = boxes[:, None, :3]
+    mid_height = torch.tensor([0.0, 0.0, 0.75], dtype=torch.float64)
+    for eps, expected in ((1e-6, True), (-1e-6, False), (1e-12, None), (-1e-12, None)):
+        points = (centre + (corners - centre) * (1 - eps) + mid_height).reshape(-1, 3)
+        got = points_in_boxes_all(points, boxes)
+        assert torch.equal(got, points_in_boxes_all_reference(points, boxes))
+        if expected is not None:
+            owner = torch.arange(2).repeat_interleave(4)
+            assert bool((got[torch.arange(8), owner] == expected).all())
+
+
 # ----------------------------------------------------------------------------------------- opcheck
 @pytest.mark.parametrize('batched', [False, True])
 @pytest.mark.parametrize('op', ['points_in_boxes', 'points_in_boxes_all'])
