@@ -64,8 +64,14 @@ fsdlite::grid_subsample::Outputs grid_subsample_cuda(const at::Tensor& points_, 
   const at::Tensor batch = batch_.has_value() ? batch_->contiguous() : at::Tensor();
   const int64_t n = points.size(0);
   const auto long_options = points.options().dtype(at::kLong);
+  if (n == 0) {  // nothing to group: empty outputs of the documented shapes
+    const int64_t width = features_.has_value() ? features_->size(1) : 0;
+    return {at::empty({0, 3}, points.options()), at::empty({0}, long_options),
+            features_.has_value() ? at::empty({0, width}, features_->options()) : at::empty({0}, points.options()),
+            at::empty({0}, long_options), at::empty({0}, long_options)};
+  }
   at::Tensor keys = at::empty({n, 4}, long_options);
-  if (n > 0) {
+  {
     auto stream = c10::cuda::getCurrentCUDAStream().stream();
     const dim3 grid(static_cast<unsigned>(ceil_div(n, kThreads)));
     AT_DISPATCH_FLOATING_TYPES(points.scalar_type(), "grid_subsample_keys_cuda", [&] {

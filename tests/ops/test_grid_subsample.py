@@ -225,3 +225,5 @@ def test_cuda_matches_cpu(dtype):
         assert torch.equal(getattr(got, name).cpu(), getattr(want, name)), name
     torch.testing.assert_close(got.points.cpu(), want.points)
     torch.testing.assert_close(got.features.cpu(), want.features)
+    empty = grid_subsample(torch.zeros(0, 3, device='cuda'), 0.1, features=torch.zeros(0, 2, device='cuda'))
+    assert empty.points.shape == (0, 3) and empty.features.shape == (0, 2) and empty.cell.shape == (0,)

@@ -1,0 +1,80 @@
+"""grid_subsample: the C++ op vs its pure-torch reference (torch.unique over cell keys).
+
+Workloads: 120k lidar points (``_point_clouds.lidar_points``) at 0.1 m with 4 feature channels,
+and the S3DIS conference-room subset (246k points) at 4 cm with RGB features and semantic labels
+(KPConv's input subsampling).
+
+    python benchmarks/ops.py --only grid_subsample
+    python benchmarks/op_cases/grid_subsample.py --scaling   # largest size within 8 GiB
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _point_clouds import indoor_points, lidar_points  # noqa: E402
+
+SCRIPT = str(Path(__file__).resolve())
+
+
+def work(variant, workload, n=0, voxel=0.1):
+    """Zero-arg callable running one variant (also the entry point of run_isolated)."""
+    from fsdlite.ops import grid_subsample
+    from fsdlite.ops.grid_subsample.reference import grid_subsample_reference
+    if workload == 'lidar':
+        points = lidar_points(n)[0] if n <= 198_130 else torch.cat(  # tiled copies 200 m apart beyond one frame
+            [lidar_points(198_130)[0] + torch.tensor([200.0 * c, 0, 0]) for c in range(-(-n // 198_130))])[:n]
+        features = torch.randn(len(points), 4, generator=torch.Generator().manual_seed(0))
+        labels = None
+    else:
+        points, features, labels, _ = indoor_points()
+    if variant == 'fsdlite':
+        return lambda: grid_subsample(points, voxel, features=features, labels=labels)
+    return lambda: grid_subsample_reference(points, [voxel] * 3, features=features, labels=labels)
+
+
+def _case(size, **kwargs):
+    variants = ('fsdlite', 'reference')
+    return dict(op='grid_subsample', size=size, baseline='reference',
+                variants={v: work(v, **kwargs) for v in variants},
+                memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(variants)))
+
+
+def cases(quick):
+    if quick:
+        return [_case('lidar 20k pts, 0.1 m, C=4', workload='lidar', n=20_000, voxel=0.1)]
+    return [_case('lidar 120k pts, 0.1 m, C=4', workload='lidar', n=120_000, voxel=0.1),
+            _case('S3DIS 246k pts, 4 cm, RGB + labels', workload='indoor', voxel=0.04)]
+
+
+def scaling(threads):
+    """Peak memory of the op at growing sizes (fresh processes) and the size that would fill 8 GiB."""
+    sys.path.insert(0, str(Path(SCRIPT).parents[1]))
+    import _harness as h
+    samples = []
+    for n in (250_000, 500_000, 1_000_000, 2_000_000):
+        res = h.run_isolated(SCRIPT, 'work', dict(variant='fsdlite', workload='lidar', n=n, voxel=0.1),
+                             threads=threads)
+        samples.append((n, res['peak_bytes'], res['seconds']))
+    h.print_table(['points', 's', 'peak', 'bytes/point'],
+                  [[f'{n:,}', f'{t:.2f}', h.fmt_bytes(b), f'{b / n:.0f}'] for n, b, t in samples])
+    (n0, b0, _), (n1, b1, t1) = samples[0], samples[-1]
+    per_point = (b1 - b0) / (n1 - n0)
+    limit = int(n1 + (8 * 2**30 - b1) / per_point)
+    print(f'C=4: {per_point:.0f} B/point -> ~{limit:,} points within 8 GiB '
+          f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
+    h.print_result({'grid_subsample_scaling': {'bytes_per_point': round(per_point, 1),
+                                               'points_within_8GiB': limit}})
+
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--scaling', action='store_true')
+    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    if args.scaling:
+        scaling(args.threads)
+    else:
+        parser.print_help()

@@ -1,0 +1,90 @@
+"""radius_neighbors: the C++ op vs its pure-torch reference (tiled brute force).
+
+Workload: a KPConv first layer on the S3DIS conference-room subset (``_point_clouds.indoor_points``):
+grid-subsampled at 2 cm, 100k points kept, radius 6 cm, H = 30 (the shadow-index layout KPConv
+feeds its convolutions). The reference costs O(Nq * Ns), so it is timed side by side with the op on
+5k of the 100k queries; the op alone also runs all 100k queries.
+
+    python benchmarks/ops.py --only radius_neighbors
+    python benchmarks/op_cases/radius_neighbors.py --scaling   # largest size within 8 GiB
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _point_clouds import indoor_points  # noqa: E402
+
+SCRIPT = str(Path(__file__).resolve())
+RADIUS, LIMIT, GRID = 0.06, 30, 0.02
+
+
+def kpconv_points(n, seed=0):
+    """n points of the indoor room after a 2 cm grid subsampling (random subset; tiled copies if short)."""
+    from fsdlite.ops import grid_subsample
+    points = grid_subsample(indoor_points()[0], GRID).points
+    copies = -(-n // len(points))
+    if copies > 1:  # larger than the room: side-by-side copies 20 m apart
+        points = torch.cat([points + torch.tensor([20.0 * c, 0, 0]) for c in range(copies)])
+    keep = torch.randperm(len(points), generator=torch.Generator().manual_seed(seed))[:n]
+    return points[torch.sort(keep).values]
+
+
+def work(variant, n, queries, radius=RADIUS, limit=LIMIT):
+    """Zero-arg callable running one variant (also the entry point of run_isolated)."""
+    from fsdlite.ops import radius_neighbors
+    from fsdlite.ops.radius_neighbors.reference import radius_neighbors_reference
+    support = kpconv_points(n)
+    query = support[torch.linspace(0, n - 1, queries).long()] if queries < n else support
+    if variant == 'fsdlite':
+        return lambda: radius_neighbors(query, support, radius, limit, return_counts=True)
+    return lambda: radius_neighbors_reference(query, support, radius, limit)
+
+
+def _case(size, variants, **kwargs):
+    return dict(op='radius_neighbors', size=size, baseline=variants[-1],
+                variants={v: work(v, **kwargs) for v in variants},
+                memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(variants)))
+
+
+def cases(quick):
+    both = ('fsdlite', 'reference')
+    if quick:
+        return [_case(f'KPConv 20k pts, 1k queries, r={RADIUS}, H={LIMIT}', both, n=20_000, queries=1_000)]
+    counts = work('fsdlite', 100_000, 100_000)()[1].float()
+    stats = f'mean {counts.mean():.1f} nbrs, {(counts > LIMIT).float().mean() * 100:.1f}% truncated'
+    return [_case(f'KPConv 100k pts, all queries, r={RADIUS}, H={LIMIT} ({stats})', ('fsdlite',),
+                  n=100_000, queries=100_000),
+            _case(f'KPConv 100k pts, 5k queries, r={RADIUS}, H={LIMIT}', both, n=100_000, queries=5_000)]
+
+
+def scaling(threads):
+    """Peak memory of the op at growing sizes (fresh processes) and the size that would fill 8 GiB."""
+    sys.path.insert(0, str(Path(SCRIPT).parents[1]))
+    import _harness as h
+    samples = []
+    for n in (100_000, 200_000, 400_000, 800_000):
+        res = h.run_isolated(SCRIPT, 'work', dict(variant='fsdlite', n=n, queries=n), threads=threads)
+        samples.append((n, res['peak_bytes'], res['seconds']))
+    h.print_table(['points', 's', 'peak', 'bytes/point'],
+                  [[f'{n:,}', f'{t:.2f}', h.fmt_bytes(b), f'{b / n:.0f}'] for n, b, t in samples])
+    (n0, b0, _), (n1, b1, t1) = samples[0], samples[-1]
+    per_point = (b1 - b0) / (n1 - n0)
+    limit = int(n1 + (8 * 2**30 - b1) / per_point)
+    print(f'H={LIMIT}: {per_point:.0f} B/point -> ~{limit:,} points within 8 GiB '
+          f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
+    h.print_result({'radius_neighbors_scaling': {'bytes_per_point': round(per_point, 1),
+                                                 'points_within_8GiB': limit}})
+
+
+if __name__ == '__main__':
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--scaling', action='store_true')
+    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    if args.scaling:
+        scaling(args.threads)
+    else:
+        parser.print_help()
