@@ -1,6 +1,7 @@
-// CPU kernels of knn_aggregate. Forward: parallel over query rows. Backward: grad_weights parallel
-// over query rows; grad_features via a stable CSR transpose of `index` (source row -> its (query, slot)
-// pairs), parallel over source rows -- race-free and deterministic, no (Nq, k, F) buffer.
+// CPU kernels of knn_aggregate. Forward: parallel over query rows. Backward: grad_weights parallel over
+// query rows; grad_features = mean part through a stable CSR transpose of `index` (source row -> its
+// (query, slot) pairs, parallel over source rows) + max part scattered per (query, column) to the winning
+// row only (parallel over columns). Race-free, deterministic, no (Nq, k, F) buffer.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -96,6 +97,8 @@ void forward_kernel(const scalar_t* x, const int64_t* index, const scalar_t* w, 
   });
 }
 
+// grad_weights[i, s] = features[j] . grad_mean[i] / n_i  +  sum over the columns f won by slot s of
+// features[j, f] * grad_max[i, f]   (j = index[i, s]; padded slots keep 0).
 template <typename scalar_t>
 void grad_weights_kernel(const scalar_t* gmean, const scalar_t* gmax, const scalar_t* x, const int64_t* index,
                          const int64_t* arg, const int64_t* counts, int64_t nq, int64_t k, int64_t ns,
@@ -103,19 +106,27 @@ void grad_weights_kernel(const scalar_t* gmean, const scalar_t* gmax, const scal
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, k * width));
   at::parallel_for(0, nq, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> g(k);
     for (int64_t i = begin; i < end; ++i) {
-      const acc_t inv = counts[i] > 0 ? acc_t(1) / static_cast<acc_t>(counts[i]) : acc_t(0);
+      if (counts[i] == 0) continue;
+      const acc_t inv = acc_t(1) / static_cast<acc_t>(counts[i]);
+      const scalar_t* gm = gmean + i * width;
       for (int64_t s = 0; s < k; ++s) {
         const int64_t j = index[i * k + s];
-        if (j == ns) continue;  // padded slot: gradient stays 0
-        acc_t g = 0;
-        for (int64_t f = 0; f < width; ++f) {
-          acc_t coef = static_cast<acc_t>(gmean[i * width + f]) * inv;
-          if (arg[i * width + f] == s) coef += static_cast<acc_t>(gmax[i * width + f]);
-          g += coef * static_cast<acc_t>(x[j * width + f]);
+        acc_t dot = 0;
+        if (j != ns) {
+          const scalar_t* row = x + j * width;
+          for (int64_t f = 0; f < width; ++f) dot += static_cast<acc_t>(gm[f]) * static_cast<acc_t>(row[f]);
         }
-        gw[i * k + s] = static_cast<scalar_t>(g);
+        g[s] = dot * inv;
       }
+      for (int64_t f = 0; f < width; ++f) {
+        const int64_t s = arg[i * width + f];
+        if (s == k) continue;
+        g[s] += static_cast<acc_t>(gmax[i * width + f]) * static_cast<acc_t>(x[index[i * k + s] * width + f]);
+      }
+      for (int64_t s = 0; s < k; ++s)
+        if (index[i * k + s] != ns) gw[i * k + s] = static_cast<scalar_t>(g[s]);
     }
   });
 }
@@ -133,27 +144,46 @@ void transpose_index(const int64_t* index, int64_t pairs, int64_t ns, std::vecto
     if (index[p] != ns) order[cursor[index[p]]++] = p;
 }
 
+// grad_features, mean part: gx[j] = sum over the pairs (i, s) pointing at j of weights[i, s] / n_i * grad_mean[i]
+// (parallel over source rows through the CSR transpose: race-free and deterministic).
 template <typename scalar_t>
-void grad_features_kernel(const scalar_t* gmean, const scalar_t* gmax, const int64_t* arg, const scalar_t* w,
-                          const int64_t* counts, const int64_t* offsets, const int64_t* order, int64_t k,
-                          int64_t ns, int64_t width, scalar_t* gx) {
+void grad_features_mean_kernel(const scalar_t* gmean, const scalar_t* w, const int64_t* counts,
+                               const int64_t* offsets, const int64_t* order, int64_t k, int64_t ns, int64_t width,
+                               scalar_t* gx) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, width * 8));
   at::parallel_for(0, ns, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> acc(width);
+    std::vector<acc_t> acc_buf(width);
+    acc_t* __restrict acc = acc_buf.data();
     for (int64_t j = begin; j < end; ++j) {
-      std::fill(acc.begin(), acc.end(), acc_t(0));
+      for (int64_t f = 0; f < width; ++f) acc[f] = acc_t(0);
       for (int64_t p = offsets[j]; p < offsets[j + 1]; ++p) {
-        const int64_t pair = order[p], i = pair / k, s = pair % k;
-        const acc_t ws = static_cast<acc_t>(w[pair]);
-        const acc_t inv = acc_t(1) / static_cast<acc_t>(counts[i]);  // >= 1: this slot is valid
-        for (int64_t f = 0; f < width; ++f) {
-          acc_t coef = static_cast<acc_t>(gmean[i * width + f]) * inv;
-          if (arg[i * width + f] == s) coef += static_cast<acc_t>(gmax[i * width + f]);
-          acc[f] += coef * ws;
-        }
+        const int64_t pair = order[p], i = pair / k;
+        const acc_t c = static_cast<acc_t>(w[pair]) / static_cast<acc_t>(counts[i]);  // n_i >= 1 here
+        const scalar_t* __restrict gm = gmean + i * width;
+        for (int64_t f = 0; f < width; ++f) acc[f] += c * static_cast<acc_t>(gm[f]);
       }
       for (int64_t f = 0; f < width; ++f) gx[j * width + f] = static_cast<scalar_t>(acc[f]);
+    }
+  });
+}
+
+// grad_features, max part: each (i, f) sends weights[i, s*] * grad_max[i, f] to its winning row
+// index[i, s*] only (Nq x F terms, not Nq x k x F); parallel over columns, so no two threads touch
+// the same element, in ascending query order (deterministic).
+template <typename scalar_t>
+void grad_features_max_kernel(const scalar_t* gmax, const int64_t* arg, const scalar_t* w, const int64_t* index,
+                              int64_t nq, int64_t k, int64_t width, scalar_t* gx) {
+  using acc_t = at::opmath_type<scalar_t>;
+  at::parallel_for(0, width, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = 0; i < nq; ++i) {
+      for (int64_t f = begin; f < end; ++f) {
+        const int64_t s = arg[i * width + f];
+        if (s == k) continue;
+        scalar_t& out = gx[index[i * k + s] * width + f];
+        out = static_cast<scalar_t>(static_cast<acc_t>(out) + static_cast<acc_t>(w[i * k + s]) *
+                                                                  static_cast<acc_t>(gmax[i * width + f]));
+      }
     }
   });
 }
@@ -196,10 +226,12 @@ std::tuple<at::Tensor, at::Tensor> knn_aggregate_backward_cpu(const at::Tensor& 
       grad_weights_kernel<scalar_t>(gmean.data_ptr<scalar_t>(), gmax.data_ptr<scalar_t>(),
                                     features.data_ptr<scalar_t>(), idx, arg.data_ptr<int64_t>(), counts.data(), nq,
                                     k, ns, width, gw.data_ptr<scalar_t>());
-    if (need_features)
-      grad_features_kernel<scalar_t>(gmean.data_ptr<scalar_t>(), gmax.data_ptr<scalar_t>(),
-                                     arg.data_ptr<int64_t>(), weights.data_ptr<scalar_t>(), counts.data(),
-                                     offsets.data(), order.data(), k, ns, width, gx.data_ptr<scalar_t>());
+    if (need_features) {
+      grad_features_mean_kernel<scalar_t>(gmean.data_ptr<scalar_t>(), weights.data_ptr<scalar_t>(), counts.data(),
+                                          offsets.data(), order.data(), k, ns, width, gx.data_ptr<scalar_t>());
+      grad_features_max_kernel<scalar_t>(gmax.data_ptr<scalar_t>(), arg.data_ptr<int64_t>(),
+                                         weights.data_ptr<scalar_t>(), idx, nq, k, width, gx.data_ptr<scalar_t>());
+    }
   });
   return {gx, gw};
 }

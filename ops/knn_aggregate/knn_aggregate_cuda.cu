@@ -1,7 +1,8 @@
 // CUDA kernels of knn_aggregate.
 //   forward:        one thread per (query, feature), loop over the k slots;
 //   grad_weights:   one thread per (query, slot), loop over the features;
-//   grad_features:  one thread per (query, slot, feature), atomicAdd into the source row.
+//   grad_features:  mean part one thread per (query, slot, feature), max part one thread per
+//                   (query, feature) for its winning slot; atomicAdd into the source rows.
 // half/bfloat16 inputs are computed in float and cast back.
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -71,17 +72,26 @@ __global__ void grad_weights_kernel(const T* gmean, const T* gmax, const T* x, c
   gw[p] = g;
 }
 
+// mean part: every (query, slot, feature) adds weights / n_i * grad_mean to its source row
 template <typename T>
-__global__ void grad_features_kernel(const T* gmean, const T* gmax, const int64_t* arg, const T* w,
-                                     const int64_t* index, const int64_t* counts, int64_t nq, int64_t k, int64_t ns,
-                                     int64_t width, T* gx) {
+__global__ void grad_features_mean_kernel(const T* gmean, const T* w, const int64_t* index, const int64_t* counts,
+                                          int64_t nq, int64_t k, int64_t ns, int64_t width, T* gx) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= nq * k * width) return;
-  const int64_t p = t / width, f = t % width, i = p / k, s = p % k, j = index[p];
+  const int64_t p = t / width, f = t % width, i = p / k, j = index[p];
   if (j == ns) return;
-  T coef = gmean[i * width + f] / static_cast<T>(counts[i]);
-  if (arg[i * width + f] == s) coef += gmax[i * width + f];
-  atomicAdd(gx + j * width + f, coef * w[p]);
+  atomicAdd(gx + j * width + f, gmean[i * width + f] / static_cast<T>(counts[i]) * w[p]);
+}
+
+// max part: every (query, feature) adds weights * grad_max to its winning row only
+template <typename T>
+__global__ void grad_features_max_kernel(const T* gmax, const int64_t* arg, const T* w, const int64_t* index,
+                                         int64_t nq, int64_t k, int64_t width, T* gx) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= nq * width) return;
+  const int64_t i = t / width, f = t % width, s = arg[t];
+  if (s == k) return;
+  atomicAdd(gx + index[i * k + s] * width + f, gmax[t] * w[i * k + s]);
 }
 
 inline dim3 grid_for(int64_t total) { return dim3(static_cast<unsigned>(ceil_div(total, kThreads))); }
@@ -137,11 +147,14 @@ std::tuple<at::Tensor, at::Tensor> knn_aggregate_backward_cuda(const at::Tensor&
             gmean.data_ptr<scalar_t>(), gmax.data_ptr<scalar_t>(), features.data_ptr<scalar_t>(),
             index.data_ptr<int64_t>(), arg.data_ptr<int64_t>(), counts.data_ptr<int64_t>(), nq, k, ns, width,
             gw.data_ptr<scalar_t>());
-      if (need_features)
-        grad_features_kernel<scalar_t><<<grid_for(nq * k * width), kThreads, 0, stream>>>(
-            gmean.data_ptr<scalar_t>(), gmax.data_ptr<scalar_t>(), arg.data_ptr<int64_t>(),
-            weights.data_ptr<scalar_t>(), index.data_ptr<int64_t>(), counts.data_ptr<int64_t>(), nq, k, ns, width,
-            gx.data_ptr<scalar_t>());
+      if (need_features) {
+        grad_features_mean_kernel<scalar_t><<<grid_for(nq * k * width), kThreads, 0, stream>>>(
+            gmean.data_ptr<scalar_t>(), weights.data_ptr<scalar_t>(), index.data_ptr<int64_t>(),
+            counts.data_ptr<int64_t>(), nq, k, ns, width, gx.data_ptr<scalar_t>());
+        grad_features_max_kernel<scalar_t><<<grid_for(nq * width), kThreads, 0, stream>>>(
+            gmax.data_ptr<scalar_t>(), arg.data_ptr<int64_t>(), weights.data_ptr<scalar_t>(),
+            index.data_ptr<int64_t>(), nq, k, width, gx.data_ptr<scalar_t>());
+      }
     });
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }

@@ -88,6 +88,23 @@ def test_backward_saves_no_k_by_f_tensor():
     (out.mean.sum() + out.max.sum()).backward()
 
 
+def test_multithreaded_kernels_are_deterministic():
+    features, index, weights = _random_case(3000, 2000, 9, 6, dtype=torch.float32, seed=8)
+    results = []
+    previous = torch.get_num_threads()
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        try:
+            f, w = features.clone().requires_grad_(True), weights.clone().requires_grad_(True)
+            out = knn_aggregate(f, index, w)
+            (out.mean.sum() + (out.max * 1.5).sum()).backward()
+            results.append([out.mean, out.max, out.argmax, f.grad, w.grad])
+        finally:
+            torch.set_num_threads(previous)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_opcheck():
     features, index, weights = _random_case(10, 8, 3, 4, seed=4)
     features.requires_grad_(True)

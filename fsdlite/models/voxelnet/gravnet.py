@@ -1,0 +1,94 @@
+"""GravNet layer: messages aggregated over the k nearest neighbours in a learned latent space.
+
+Per graph (B graphs of N nodes, F features): append the graph mean of every feature (2F), an MLP
+gives latent coordinates s (``latent_dims``) and messages (``message_dims``); each node takes its k
+nearest nodes in s (itself included), weights their messages by exp(-scale * |s_i - s_j|^2) and
+aggregates mean and max; an output MLP maps [x, mean x, mean msg, max msg] to ``out_channels``.
+"""
+import torch
+from torch import nn
+
+from ...registry import MODELS
+from ..layers.mlp import build_mlp
+from .attention import SWISH
+from .impl import check_impl
+
+
+@MODELS.register_module()
+class GravNetLayer(nn.Module):
+    """GravNet layer with a dense (O(N²)) and an efficient (O(N k)) implementation of the same weights.
+
+    Args:
+        in_channels (int): F.
+        latent_dims (int): size of the latent space s.
+        message_dims (int): size of the messages.
+        hidden_channels (tuple[int]): hidden widths of the MLP producing s and messages.
+        out_channels (int): output width.
+        k (int): neighbours per node, itself included.
+        distance_scale (float): weight = exp(-distance_scale * squared latent distance).
+        act_cfg (dict): activation (default swish).
+    Shapes:
+        x (B, N, F) -> (B, N, out_channels).
+    """
+
+    def __init__(self, in_channels, latent_dims=4, message_dims=22, hidden_channels=(52, 52), out_channels=48, k=25,
+                 distance_scale=10.0, act_cfg=SWISH):
+        super().__init__()
+        if int(k) < 1:
+            raise ValueError(f'GravNetLayer: k must be >= 1, got {k}')
+        self.in_channels = int(in_channels)
+        self.latent_dims = int(latent_dims)
+        self.message_dims = int(message_dims)
+        self.out_channels = int(out_channels)
+        self.k = int(k)
+        self.distance_scale = float(distance_scale)
+        self.coords_and_messages = build_mlp(2 * self.in_channels, hidden_channels, norm_cfg=None, act_cfg=act_cfg,
+                                             out_channels=self.latent_dims + self.message_dims)
+        self.output = build_mlp(2 * self.in_channels + 2 * self.message_dims, (self.out_channels,), norm_cfg=None,
+                                act_cfg=act_cfg)
+
+    def _check(self, x):
+        if x.dim() != 3 or x.shape[2] != self.in_channels:
+            raise ValueError(f'GravNetLayer: x must have shape (B, N, {self.in_channels}), got {tuple(x.shape)}')
+        if x.shape[1] < self.k:
+            raise ValueError(f'GravNetLayer: k={self.k} neighbours requested but each graph has only N={x.shape[1]} '
+                             f'nodes; use at least k nodes per graph or lower k in the config')
+
+    def _embed(self, x):
+        with_means = torch.cat([x, x.mean(1, keepdim=True).expand_as(x)], 2)
+        slr = self.coords_and_messages(with_means)
+        return with_means, slr[..., :self.latent_dims], slr[..., self.latent_dims:]
+
+    def forward_dense(self, x):
+        """Reference: (B, N, N, latent) differences, top-k of the (B, N, N) distances, (B, N, k, msg) gather."""
+        with_means, s, msg = self._embed(x)
+        b, n, _ = x.shape
+        sqdist = (s.unsqueeze(2) - s.unsqueeze(1)).square().sum(-1)           # (B, N, N)
+        knn_sqdist, index = sqdist.topk(self.k, dim=2, largest=False)          # ascending
+        weights = torch.exp(-self.distance_scale * knn_sqdist)
+        graphs = torch.arange(b, device=x.device).view(b, 1, 1)
+        weighted = msg[graphs, index] * weights.unsqueeze(-1)                  # (B, N, k, msg)
+        aggregated = torch.cat([weighted.mean(2), weighted.max(2).values], 2)
+        return self.output(torch.cat([with_means, aggregated], 2))
+
+    def forward_efficient(self, x):
+        """kNN indices without gradient, k distances recomputed with gradient, fused aggregation."""
+        from fsdlite.ops import knn, knn_aggregate
+        with_means, s, msg = self._embed(x)
+        b, n, _ = x.shape
+        s = s.reshape(b * n, self.latent_dims)
+        with torch.no_grad():
+            batch = torch.arange(b, device=x.device).repeat_interleave(n)
+            index, _ = knn(s.detach(), s.detach(), self.k, batch, batch)
+        knn_sqdist = (s.unsqueeze(1) - s[index]).square().sum(-1)              # (B*N, k)
+        weights = torch.exp(-self.distance_scale * knn_sqdist)
+        mean, maximum, _ = knn_aggregate(msg.reshape(b * n, self.message_dims), index, weights)
+        aggregated = torch.cat([mean, maximum], 1).view(b, n, 2 * self.message_dims)
+        return self.output(torch.cat([with_means, aggregated], 2))
+
+    def forward(self, x, impl='efficient'):
+        """Args: x (B, N, F); impl 'dense' | 'efficient'.  Returns (B, N, out_channels)."""
+        self._check(x)
+        if check_impl('GravNetLayer', impl) == 'dense':
+            return self.forward_dense(x)
+        return self.forward_efficient(x)

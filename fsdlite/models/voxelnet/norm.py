@@ -1,0 +1,93 @@
+"""Feature standardisation whose statistics are computed once over the whole input.
+
+Chunked processing must not change the result, so unlike BatchNorm inside a chunk the batch
+statistics are gathered over *all* rows first (in chunks, without gradient: they act as constants,
+the gradient flows through the normalised values and the affine parameters) and then applied
+per chunk.  Optional columns are log-transformed first (log(|x| + eps)): scattering angles,
+displacements and X0 estimates span orders of magnitude.
+"""
+import torch
+from torch import nn
+
+from ...registry import MODELS
+
+
+@MODELS.register_module()
+class FeatureStandardizer(nn.Module):
+    """Per-feature ``(t(x) - mean) / sqrt(var + eps) * weight + bias`` on the last dimension.
+
+    Args:
+        num_features (int): F, size of the last dimension.
+        log_features (tuple[int]): columns replaced by log(|x| + log_eps) before standardising.
+        log_eps (float): floor inside the log.
+        momentum (float): running-statistics update rate (training mode).
+        eps (float): variance floor.
+        stats_chunk_rows (int): rows per chunk while gathering statistics.
+    Shapes:
+        :meth:`params` takes (..., F) and returns (scale, shift), each (F,); :meth:`standardize` maps
+        (..., F) -> (..., F) with them.
+    """
+
+    def __init__(self, num_features, log_features=(), log_eps=1e-6, momentum=0.1, eps=1e-5,
+                 stats_chunk_rows=1 << 20):
+        super().__init__()
+        self.num_features = int(num_features)
+        bad = [c for c in log_features if not 0 <= int(c) < self.num_features]
+        if bad:
+            raise ValueError(f'FeatureStandardizer: log_features {bad} are outside [0, {self.num_features})')
+        mask = torch.zeros(self.num_features, dtype=torch.bool)
+        mask[list(log_features)] = True
+        self.register_buffer('log_mask', mask, persistent=False)
+        self.log_eps = float(log_eps)
+        self.momentum = float(momentum)
+        self.eps = float(eps)
+        self.stats_chunk_rows = int(stats_chunk_rows)
+        self.weight = nn.Parameter(torch.ones(self.num_features))
+        self.bias = nn.Parameter(torch.zeros(self.num_features))
+        self.register_buffer('running_mean', torch.zeros(self.num_features))
+        self.register_buffer('running_var', torch.ones(self.num_features))
+
+    def transform(self, x):
+        """The log transform of the configured columns (identity elsewhere); (..., F) -> (..., F)."""
+        if not self.log_mask.any():
+            return x
+        return torch.where(self.log_mask, torch.log(x.abs() + self.log_eps), x)
+
+    @torch.no_grad()
+    def batch_statistics(self, x):
+        """Mean and (biased) variance of ``transform(x)`` over all rows, float64 accumulation."""
+        rows = x.reshape(-1, self.num_features)
+        total = torch.zeros(self.num_features, dtype=torch.float64, device=x.device)
+        squares = torch.zeros_like(total)
+        for piece in rows.split(self.stats_chunk_rows):
+            t = self.transform(piece).double()
+            total += t.sum(0)
+            squares += t.square().sum(0)
+        n = max(rows.shape[0], 1)
+        mean = total / n
+        var = (squares / n - mean.square()).clamp(min=0)
+        if self.training and rows.shape[0] > 1:
+            self.running_mean.lerp_(mean.to(self.running_mean), self.momentum)
+            unbiased = var * n / (n - 1)
+            self.running_var.lerp_(unbiased.to(self.running_var), self.momentum)
+        return mean.to(x.dtype), var.to(x.dtype)
+
+    def params(self, x):
+        """(scale, shift), each (F,): batch statistics of ``x`` in training mode, running ones otherwise."""
+        if x.shape[-1] != self.num_features:
+            raise ValueError(f'FeatureStandardizer: expected {self.num_features} features in the last dimension, '
+                             f'got shape {tuple(x.shape)}')
+        if self.training:
+            mean, var = self.batch_statistics(x)
+        else:
+            mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
+        scale = self.weight.to(x.dtype) * torch.rsqrt(var + self.eps)
+        return scale, self.bias.to(x.dtype) - mean * scale
+
+    def standardize(self, x, scale, shift):
+        """Standardise ``x`` (..., F) with the given (scale, shift)."""
+        return self.transform(x) * scale + shift
+
+    def forward(self, x):
+        """Standardise (..., F) in one go (statistics from ``x`` itself in training mode)."""
+        return self.standardize(x, *self.params(x))
