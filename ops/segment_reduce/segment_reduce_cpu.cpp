@@ -1,11 +1,15 @@
-// CPU kernel of segment_reduce: a stable counting sort of the index turns the scatter into
-// independent per-segment reductions (parallel over segments, deterministic, ties -> first row).
+// CPU kernel of segment_reduce: rows are read once, in order, and accumulated into their segment's output
+// row (src streams from memory; the output, usually much smaller, stays in cache). Threads own disjoint
+// ranges of segments and skip the rows of other ranges, so the result is deterministic and independent of
+// the thread count; processing rows in order makes ties pick the first row.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "segment_reduce.h"
@@ -13,71 +17,122 @@
 namespace fsdlite::segment_reduce {
 namespace {
 
-// CSR view of `index`: rows of segment s are perm[offsets[s] .. offsets[s+1]) in ascending order.
-void build_csr(const int64_t* index, int64_t n, int64_t num_segments, std::vector<int64_t>& offsets,
-               std::vector<int64_t>& perm) {
-  offsets.assign(num_segments + 1, 0);
-  for (int64_t i = 0; i < n; ++i) ++offsets[index[i] + 1];
-  for (int64_t s = 0; s < num_segments; ++s) offsets[s + 1] += offsets[s];
-  std::vector<int64_t> cursor(offsets.begin(), offsets.end() - 1);
-  perm.resize(n);
-  for (int64_t i = 0; i < n; ++i) perm[cursor[index[i]]++] = i;
-}
+constexpr int64_t kSerialWork = 1 << 16;  // below this many elements one thread does everything
 
 template <typename T>
 inline bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
-  else if constexpr (std::is_integral_v<T>) return false;
+  if constexpr (std::is_integral_v<T>) return false;
+  else if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
   else return std::isnan(static_cast<float>(v));
 }
 
-template <typename scalar_t>
-void reduce_segments(const scalar_t* src, const int64_t* offsets, const int64_t* perm, int64_t num_segments,
-                     int64_t width, int64_t n, Reduce reduce, scalar_t* out, int64_t* arg) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, width));
-  at::parallel_for(0, num_segments, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> acc(width);
-    for (int64_t s = begin; s < end; ++s) {
-      const int64_t first = offsets[s], last = offsets[s + 1];
-      if (first == last) continue;  // empty segment: out stays 0, arg stays n
-      scalar_t* out_row = out + s * width;
-      if (reduce == Reduce::Sum || reduce == Reduce::Mean) {
-        std::fill(acc.begin(), acc.end(), acc_t(0));
-        for (int64_t p = first; p < last; ++p) {
-          const scalar_t* row = src + perm[p] * width;
-          for (int64_t f = 0; f < width; ++f) acc[f] += static_cast<acc_t>(row[f]);
-        }
-        const int64_t count = last - first;
-        for (int64_t f = 0; f < width; ++f) {
-          if (reduce == Reduce::Sum) {
-            out_row[f] = static_cast<scalar_t>(acc[f]);
-          } else if constexpr (std::is_integral_v<scalar_t>) {
-            // integer mean: floor division, as torch_scatter
-            const acc_t q = acc[f] / static_cast<acc_t>(count);
-            out_row[f] = static_cast<scalar_t>((acc[f] % static_cast<acc_t>(count) != 0 && acc[f] < 0) ? q - 1 : q);
-          } else {
-            out_row[f] = static_cast<scalar_t>(acc[f] / static_cast<acc_t>(count));
-          }
-        }
-      } else {
-        int64_t* arg_row = arg + s * width;
-        const bool is_max = reduce == Reduce::Max;
-        for (int64_t p = first; p < last; ++p) {
-          const int64_t r = perm[p];
-          const scalar_t* row = src + r * width;
-          for (int64_t f = 0; f < width; ++f) {
-            const scalar_t v = row[f];
-            if (is_nan(v)) continue;  // NaN never wins (torch_scatter CPU)
-            if (arg_row[f] == n || (is_max ? v > out_row[f] : v < out_row[f])) {  // strict: ties -> first
-              out_row[f] = v;
-              arg_row[f] = r;
-            }
-          }
-        }
+template <typename acc_t>
+inline acc_t floor_div(acc_t sum, int64_t count) {
+  const acc_t c = static_cast<acc_t>(count);
+  const acc_t q = sum / c;
+  return (sum % c != 0 && sum < 0) ? q - 1 : q;  // integer mean: floor division, as torch_scatter
+}
+
+// Output rows are touched in index order (random): prefetching the row of a later index lets the memory
+// accesses of several rows overlap.
+constexpr int64_t kPrefetch = 16;
+
+template <typename T>
+inline void prefetch_row(const T* base, const int64_t* index, int64_t r, int64_t n, int64_t width) {
+  if (r + kPrefetch < n) __builtin_prefetch(base + index[r + kPrefetch] * width, 1);
+}
+
+// Sum (and count) the rows whose segment lies in [s_begin, s_end) into `acc`, then write `out`
+// (mean: divided by the count; empty segments stay 0). `acc` is `out` itself unless scalar_t is a
+// reduced-precision float.
+template <typename scalar_t, typename acc_t>
+void sum_range(const scalar_t* src, const int64_t* index, int64_t n, int64_t width, int64_t s_begin, int64_t s_end,
+               bool mean, scalar_t* out, acc_t* acc, int64_t* count) {
+  for (int64_t r = 0; r < n; ++r) {
+    prefetch_row(acc, index, r, n, width);
+    const int64_t s = index[r];
+    if (s < s_begin || s >= s_end) continue;
+    const scalar_t* row = src + r * width;
+    acc_t* a = acc + s * width;
+    for (int64_t f = 0; f < width; ++f) a[f] += static_cast<acc_t>(row[f]);
+    if (mean) ++count[s];
+  }
+  if (!mean && static_cast<void*>(acc) == static_cast<void*>(out)) return;
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    for (int64_t f = 0; f < width; ++f) {
+      acc_t v = acc[s * width + f];
+      if (mean && count[s] > 0) {
+        if constexpr (std::is_integral_v<acc_t>) v = floor_div(v, count[s]);
+        else v = v / static_cast<acc_t>(count[s]);
       }
+      out[s * width + f] = static_cast<scalar_t>(v);
     }
-  });
+  }
+}
+
+// Max/min with arg of the rows whose segment lies in [s_begin, s_end); out starts at 0 and arg at n.
+// Branch-free update (unpredictable branches would serialise the cache misses of consecutive rows); the
+// caller passes an int32 arg scratch when n fits, halving the randomly accessed memory.
+template <typename scalar_t, bool IsMax, typename arg_t>
+void extreme_range(const scalar_t* src, const int64_t* index, int64_t n, int64_t width, int64_t s_begin,
+                   int64_t s_end, scalar_t* out, arg_t* arg) {
+  const arg_t empty = static_cast<arg_t>(n);
+  for (int64_t r = 0; r < n; ++r) {
+    prefetch_row(out, index, r, n, width);
+    prefetch_row(arg, index, r, n, width);
+    const int64_t s = index[r];
+    if (s < s_begin || s >= s_end) continue;
+    const scalar_t* row = src + r * width;
+    scalar_t* o = out + s * width;
+    arg_t* g = arg + s * width;
+    for (int64_t f = 0; f < width; ++f) {
+      const scalar_t v = row[f];
+      // NaN never wins (torch_scatter CPU); strict comparison: ties keep the first row
+      const bool take = !is_nan(v) & ((g[f] == empty) | (IsMax ? v > o[f] : v < o[f]));
+      o[f] = take ? v : o[f];
+      g[f] = take ? static_cast<arg_t>(r) : g[f];
+    }
+  }
+}
+
+template <typename scalar_t>
+void reduce_segments(const scalar_t* src, const int64_t* index, int64_t n, int64_t num_segments, int64_t width,
+                     Reduce reduce, scalar_t* out, int64_t* arg) {
+  using acc_t = at::opmath_type<scalar_t>;
+  std::vector<acc_t> acc_buffer;
+  acc_t* acc = nullptr;
+  if (reduce == Reduce::Sum || reduce == Reduce::Mean) {
+    if constexpr (std::is_same_v<acc_t, scalar_t>) {
+      acc = out;  // zero-initialised by allocate_outputs
+    } else {
+      acc_buffer.assign(num_segments * width, acc_t(0));
+      acc = acc_buffer.data();
+    }
+  }
+  std::vector<int64_t> count(reduce == Reduce::Mean ? num_segments : 0, 0);
+  int64_t* count_ptr = count.empty() ? nullptr : count.data();
+  const bool extreme = reduce == Reduce::Max || reduce == Reduce::Min;
+  const bool narrow_arg = extreme && n < std::numeric_limits<int32_t>::max();
+  std::vector<int32_t> arg32(narrow_arg ? num_segments * width : 0, static_cast<int32_t>(n));
+  auto extremes = [&](auto* arg_ptr, int64_t begin, int64_t end) {
+    if (reduce == Reduce::Max) extreme_range<scalar_t, true>(src, index, n, width, begin, end, out, arg_ptr);
+    else extreme_range<scalar_t, false>(src, index, n, width, begin, end, out, arg_ptr);
+  };
+  auto run = [&](int64_t begin, int64_t end) {
+    if (narrow_arg) {
+      extremes(arg32.data(), begin, end);
+      for (int64_t k = begin * width; k < end * width; ++k) arg[k] = arg32[k];
+    } else if (extreme) {
+      extremes(arg, begin, end);
+    } else {
+      sum_range<scalar_t, acc_t>(src, index, n, width, begin, end, reduce == Reduce::Mean, out, acc, count_ptr);
+    }
+  };
+  if (n * width < kSerialWork || at::get_num_threads() == 1) {
+    run(0, num_segments);
+  } else {
+    at::parallel_for(0, num_segments, 1, run);  // one contiguous segment range per thread
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu(const at::Tensor& src_, const at::Tensor& index_,
@@ -89,13 +144,15 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu(const at::Tensor& src_, co
   const int64_t n = src.size(0);
   const int64_t width = n > 0 ? src.numel() / n : out.numel() / std::max<int64_t>(1, num_segments);
   if (n == 0 || num_segments == 0 || width == 0) return {out, arg};
-  std::vector<int64_t> offsets, perm;
-  build_csr(index.data_ptr<int64_t>(), n, num_segments, offsets, perm);
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, src.scalar_type(), "segment_reduce_cpu", [&] {
-    reduce_segments<scalar_t>(src.data_ptr<scalar_t>(), offsets.data(), perm.data(), num_segments, width, n,
-                              reduce, out.data_ptr<scalar_t>(),
-                              arg.numel() ? arg.data_ptr<int64_t>() : nullptr);
-  });
+  auto launch = [&](auto tag) {
+    using scalar_t = decltype(tag);
+    reduce_segments<scalar_t>(src.data_ptr<scalar_t>(), index.data_ptr<int64_t>(), n, num_segments, width, reduce,
+                              out.data_ptr<scalar_t>(), arg.numel() ? arg.data_ptr<int64_t>() : nullptr);
+  };
+  AT_DISPATCH_SWITCH(src.scalar_type(), "segment_reduce_cpu",
+                     AT_DISPATCH_CASE_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, [&] { launch(scalar_t{}); })
+                     AT_DISPATCH_CASE(at::kInt, [&] { launch(scalar_t{}); })
+                     AT_DISPATCH_CASE(at::kLong, [&] { launch(scalar_t{}); }));
   return {out, arg};
 }
 

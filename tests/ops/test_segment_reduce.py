@@ -298,3 +298,23 @@ def test_cuda_gradcheck_and_opcheck(reduce):
 def test_cuda_device_mismatch_raises():
     with pytest.raises(ValueError, match='one device'):
         segment_reduce(S.cuda(), I)
+
+
+@pytest.mark.parametrize('reduce', REDUCES)
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16, torch.int64])
+def test_thread_count_does_not_change_the_result(reduce, dtype):
+    """Above the serial threshold threads own segment ranges; the result must be identical."""
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(-50, 50, (20_000, 8), generator=g).to(dtype)
+    index = torch.randint(0, 3_000, (20_000,), generator=g)
+    one = run(src, index, 3_001, reduce)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = run(src, index, 3_001, reduce)
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(one[0], two[0])
+    if one[1] is not None:
+        assert torch.equal(one[1], two[1])
+    assert_matches_reference(src, index, 3_001, reduce, atol=0.5 if dtype == torch.bfloat16 else 1e-5, rtol=0.01)
