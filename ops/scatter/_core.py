@@ -65,49 +65,52 @@ def check_out(op, out, src, dim):
 class Segments:
     """Rows of ``src`` along ``dim`` grouped by a broadcast index into ``num_segments`` segments.
 
-    When the index is the same for every position of the other dimensions (the usual broadcast 1-D
-    index), segment_reduce runs on (E, rest) rows directly; otherwise every element becomes its own
-    row with segment ``index * R + r`` (R = product of the other sizes), so any index works.
+    The other dimensions split into those where the index varies (V, product Rv) and those it is
+    broadcast over (B).  ``src`` is viewed as (E * Rv, B) rows -- element (e, v) goes to segment
+    ``index[e, v] * Rv + v`` -- so segment_reduce sees the widest possible rows: a 1-D index (Rv = 1)
+    reduces (E, *rest) rows directly, and any index works.
     """
 
     def __init__(self, src, index, dim, num_segments):
         self.dim, self.num_segments = dim, num_segments
-        self.shape = src.shape
         moved = index.movedim(dim, 0)
-        self.rest = tuple(moved.shape[1:])
-        self.general = 0 in self.rest or any(moved.stride(k) != 0 and moved.shape[k] != 1
-                                             for k in range(1, moved.dim()))
-        self.width = math.prod(self.rest) if self.general else 1
-        if self.general:
-            offsets = torch.arange(self.width, device=index.device)
-            self.ids = (moved.reshape(moved.shape[0], self.width).long() * self.width + offsets).reshape(-1)
-        else:
-            self.ids = moved[(slice(None),) + (0,) * len(self.rest)].long()
+        rest = range(1, moved.dim())
+        # zero-size dimensions count as varying: no element, nothing to broadcast
+        self.varying = [k for k in rest if moved.shape[k] == 0 or (moved.stride(k) != 0 and moved.shape[k] != 1)]
+        self.broadcast = [k for k in rest if k not in self.varying]
+        self.order = [0] + self.varying + self.broadcast
+        self.width = math.prod(moved.shape[k] for k in self.varying)
+        picked = moved.permute(self.order)[(slice(None),) * (1 + len(self.varying)) + (0,) * len(self.broadcast)]
+        offsets = torch.arange(self.width, device=index.device)
+        self.ids = (picked.reshape(moved.shape[0], self.width).long() * self.width + offsets).reshape(-1)
+        self.sizes = [num_segments] + [moved.shape[k] for k in self.varying + self.broadcast]
 
     def rows(self, src):
-        moved = src.movedim(self.dim, 0)
-        return moved.reshape(-1) if self.general else moved
+        """(E * Rv, *broadcast sizes) view/copy of ``src``."""
+        moved = src.movedim(self.dim, 0).permute(self.order)
+        return moved.reshape(moved.shape[0] * self.width, *moved.shape[1 + len(self.varying):])
 
     def _restore(self, t):
-        if self.general:
-            t = t.view(self.num_segments, *self.rest)
-        return t.movedim(0, self.dim)
+        """(S * Rv, *B) -> the layout of src with S along ``dim``."""
+        inverse = sorted(range(len(self.order)), key=self.order.__getitem__)
+        return t.reshape(self.sizes).permute(inverse).movedim(0, self.dim)
 
     def reduce(self, src, reduce):
         """(S-shaped values, arg or None): arg is the position along ``dim`` (``src.size(dim)`` if empty)."""
         rows, segments = self.rows(src), self.num_segments * self.width
         if reduce in ('max', 'min'):
             values, arg = (segment_max if reduce == 'max' else segment_min)(rows, self.ids, segments)
-            if self.general and self.width:
-                arg = arg // self.width  # element row e * R + r -> e; empty (E * R) -> E
+            if self.width > 1:
+                arg = arg // self.width  # row e * Rv + v -> e; empty (E * Rv) -> E
             return self._restore(values), self._restore(arg)
         return self._restore(segment_reduce(rows, self.ids, segments, 'sum' if reduce == 'add' else reduce)), None
 
     def counts(self, dtype):
         """Rows per segment, broadcastable against the output (>= 1 so that it can divide)."""
         count = torch.bincount(self.ids, minlength=self.num_segments * self.width).clamp_(min=1).to(dtype)
-        count = self._restore(count.view(-1, *([1] * len(self.rest))) if not self.general else count)
-        return count
+        shape = self.sizes[:1 + len(self.varying)] + [1] * len(self.broadcast)
+        inverse = sorted(range(len(self.order)), key=self.order.__getitem__)
+        return count.reshape(shape).permute(inverse).movedim(0, self.dim)
 
 
 def reduce_into(op, src, index, dim, out, dim_size, reduce):

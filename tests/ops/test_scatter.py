@@ -91,6 +91,20 @@ def test_generic_scatter_returns_values_only(reduce):
     torch.testing.assert_close(values, call(reduce, T(SRC), T(IDX))[0])
 
 
+@pytest.mark.parametrize('index_shape', [(5,), (1, 5, 3), (2, 5, 1), (2, 5), (2, 5, 3), (1, 5, 1)])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+def test_index_varying_along_any_dims(index_shape, reduce):
+    """The index may vary along dimensions before and/or after ``dim`` and broadcast over the others."""
+    g = torch.Generator().manual_seed(6)
+    src = torch.randint(-4, 5, (2, 5, 3), generator=g).double()
+    index = torch.randint(0, 4, index_shape, generator=g)
+    values, arg = call(reduce, src, index, 1, dim_size=5)
+    ref, ref_arg = scatter_reference(src, index, 1, dim_size=5, reduce=reduce)
+    torch.testing.assert_close(values, ref)
+    if ref_arg is not None:
+        assert torch.equal(arg, ref_arg)
+
+
 def test_int32_index_matches_int64():
     torch.testing.assert_close(scatter_mean(T(X), T([0, 1, 0, 2]).int(), 0), scatter_mean(T(X), T([0, 1, 0, 2]), 0))
 
