@@ -142,16 +142,21 @@ def _csr(op, src, indptr, out, reduce):
         if size != num_segments:
             raise ValueError(f'{op}: out.shape[{dim}] must be indptr.shape[-1] - 1 = {num_segments}, got '
                              f'{size}')
-    # segment of each row; rows outside [indptr[..., 0], indptr[..., -1]) go to a dump segment S
-    rows = torch.arange(num_rows, device=src.device).expand(*src.shape[:dim], num_rows).contiguous()
-    if num_segments:
-        ids = torch.searchsorted(indptr.contiguous(), rows, right=True) - 1
+    if dim == 0 and num_segments:  # one CSR: reduce the covered rows with repeated segment ids
+        start, stop = int(indptr[0]), int(indptr[-1])
+        ids = torch.repeat_interleave(torch.arange(num_segments, device=src.device), indptr.diff(),
+                                      output_size=stop - start)
+        covered = src.narrow(0, start, stop - start)
+        values, arg = Segments(covered, broadcast_index(op, ids, covered, 0), 0, num_segments).reduce(covered, reduce)
+        if arg is not None:
+            arg = torch.where(arg < stop - start, arg + start, torch.full_like(arg, num_rows))
+    else:  # batched CSR: segment of each row by binary search; rows outside the offsets go to a dump segment S
+        rows = torch.arange(num_rows, device=src.device).expand(*src.shape[:dim], num_rows).contiguous()
+        ids = torch.searchsorted(indptr.contiguous(), rows, right=True) - 1 if num_segments else rows * 0
         ids = torch.where((ids < 0) | (ids >= num_segments), torch.full_like(ids, num_segments), ids)
-    else:
-        ids = torch.zeros_like(rows)
-    values, arg = Segments(src, broadcast_index(op, ids, src, dim), dim, num_segments + 1).reduce(src, reduce)
-    values = values.narrow(dim, 0, num_segments)
-    arg = arg.narrow(dim, 0, num_segments) if arg is not None else None
+        values, arg = Segments(src, broadcast_index(op, ids, src, dim), dim, num_segments + 1).reduce(src, reduce)
+        values = values.narrow(dim, 0, num_segments)
+        arg = arg.narrow(dim, 0, num_segments) if arg is not None else None
     if out is not None:
         values = out.copy_(values)
     return values, arg

@@ -121,10 +121,13 @@ def reduce_into(op, src, index, dim, out, dim_size, reduce):
     check_src(op, src)
     dim = normalize_dim(op, dim, src.dim())
     _checks.choice(op, 'reduce', reduce, SCATTER_REDUCTIONS)
-    index = broadcast_index(op, index, src, dim)
+    expanded = broadcast_index(op, index, src, dim)
+    if not expanded.numel():  # src has no elements: torch_scatter sizes the output from the expanded index
+        index = expanded
+    # max and range check on the index as given: no pass over broadcast copies
     size = check_out(op, out, src, dim) if out is not None else output_size(op, index, dim_size)
     _checks.index_range(op, 'index', index, 0, size)
-    segments = Segments(src, index, dim, size)
+    segments = Segments(src, expanded, dim, size)
     if out is None:
         return segments.reduce(src, reduce)
     if reduce in ('max', 'min'):

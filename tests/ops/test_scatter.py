@@ -105,6 +105,14 @@ def test_index_varying_along_any_dims(index_shape, reduce):
         assert torch.equal(arg, ref_arg)
 
 
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+def test_src_without_elements_sizes_output_from_expanded_index(reduce):
+    """As torch_scatter: the size comes from the broadcast index, which is empty here."""
+    values, _ = call(reduce, torch.zeros(2, 0), T([5, 1]), 0)
+    assert values.shape == (0, 0)
+    assert call(reduce, torch.zeros(2, 0), T([5, 1]), 0, dim_size=3)[0].shape == (3, 0)
+
+
 def test_int32_index_matches_int64():
     torch.testing.assert_close(scatter_mean(T(X), T([0, 1, 0, 2]).int(), 0), scatter_mean(T(X), T([0, 1, 0, 2]), 0))
 
