@@ -72,15 +72,18 @@ class GravNetLayer(nn.Module):
         return self.output(torch.cat([with_means, aggregated], 2))
 
     def forward_efficient(self, x):
-        """kNN indices without gradient, k distances recomputed with gradient, fused aggregation."""
+        """kNN with fixed (gradient-free) indices, differentiable k distances, fused aggregation.
+
+        :func:`fsdlite.ops.knn` returns the indices (no gradient) and the k squared distances, whose
+        backward recomputes s_i - s_j for the selected neighbours: only s and the indices are kept for
+        backward, never a (B*N, k, latent) or (B*N, k, messages) tensor.
+        """
         from fsdlite.ops import knn, knn_aggregate
         with_means, s, msg = self._embed(x)
         b, n, _ = x.shape
         s = s.reshape(b * n, self.latent_dims)
-        with torch.no_grad():
-            batch = torch.arange(b, device=x.device).repeat_interleave(n)
-            index, _ = knn(s.detach(), s.detach(), self.k, batch, batch)
-        knn_sqdist = (s.unsqueeze(1) - s[index]).square().sum(-1)              # (B*N, k)
+        batch = torch.arange(b, device=x.device).repeat_interleave(n)
+        index, knn_sqdist = knn(s, s, self.k, batch, batch)                     # (B*N, k) each
         weights = torch.exp(-self.distance_scale * knn_sqdist)
         mean, maximum, _ = knn_aggregate(msg.reshape(b * n, self.message_dims), index, weights)
         aggregated = torch.cat([mean, maximum], 1).view(b, n, 2 * self.message_dims)

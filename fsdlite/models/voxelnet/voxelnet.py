@@ -35,7 +35,7 @@ class VoxelNet(BaseModel):
         data_preprocessor (dict): defaults to :class:`~.data_preprocessor.VoxelNetDataPreprocessor`.
     """
 
-    def __init__(self, muon_stage, voxel_stage, head, input_norm, impl='efficient', chunk_rows=1 << 18,
+    def __init__(self, muon_stage, voxel_stage, head, input_norm, impl='efficient', chunk_rows=1 << 14,
                  recompute=True, position_scale=1.0, data_preprocessor=None, init_cfg=None):
         # built in fsdlite's scope (BaseModel would look the type up in mmengine's root registry)
         preprocessor = MODELS.build(dict(data_preprocessor or dict(type='VoxelNetDataPreprocessor')))
