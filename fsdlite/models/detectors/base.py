@@ -57,6 +57,11 @@ class SparseDetectorBase(SparseSegmentor):
         data_preprocessor (dict): e.g. ``LidarDataPreprocessor``.
         voxel_size, point_range: the segmentor's voxel grid, shared by every part (see SparseSegmentor).
 
+    ``forward`` modes (SparseSegmentor's dispatch): 'loss' -> dict of losses and logged counts;
+    'predict' -> data samples with ``pred_instances_3d`` (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,),
+    ``labels_3d`` (D_i,)); 'tensor' -> dict of raw outputs (seg outputs, ``cls_logits`` (K, C),
+    ``box_codes`` (K, C, 8), ``instance_xyz`` / ``instance_batch`` / ``instance_labels``).
+
     ``runtime_info`` (``fg_mode`` 'threshold' | 'topk', ``threshold_offset``) is set by
     :class:`~fsdlite.engine.fsd_hooks.FSDWarmupHook` during training; prediction always thresholds.
     """
@@ -98,11 +103,6 @@ class SparseDetectorBase(SparseSegmentor):
                           num_instances=inst.feats.shape[0])
         cls_logits, box_codes = self.bbox_head(inst.feats)
         return seg_outputs, inst, cls_logits, box_codes
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        """'loss' -> dict of losses (and logged counts); 'predict' -> data samples with ``pred_instances_3d``
-        (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,), ``labels_3d`` (D_i,)); 'tensor' -> dict of raw outputs."""
-        return super().forward(inputs, data_samples, mode)
 
     def _head_outputs(self, inputs):
         if inputs['voxel_coors'].shape[0] == 0:

@@ -36,6 +36,10 @@ def test_train_lowers_loss_and_predicts(kit, name):
     model.eval()
     with torch.no_grad():
         samples = model(**model.data_preprocessor(data, False), mode='predict')
+        raw = model(**model.data_preprocessor(data, False), mode='tensor')
+    k = raw['cls_logits'].shape[0]
+    assert raw['box_codes'].shape == (k, 3, 8) and raw['instance_xyz'].shape == (k, 3)
+    assert raw['instance_batch'].shape == (k,) and raw['seg_logits'].shape[1] == 3
     assert len(samples) == 2
     for s in samples:
         pred = s.pred_instances_3d
