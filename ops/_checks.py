@@ -170,3 +170,17 @@ def min_size(op, name, value, axis, minimum, what=''):
         raise ValueError(f'{op}: {name}.shape[{axis}] must be >= {minimum}{what}, got shape {tuple(value.shape)}')
     return value
 
+
+
+def int_sequence(op, name, value, length, minimum=None):
+    """Check ``value`` is an int (broadcast) or a sequence of ``length`` ints, each ``>= minimum``; return a list."""
+    values = [value] * length if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)) or len(values) != length or any(
+            isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
+        raise TypeError(f'{op}: {name} must be an int or a sequence of {length} ints, got {value!r}')
+    values = [int(v) for v in values]
+    if minimum is not None and any(v < minimum for v in values):
+        raise ValueError(f'{op}: {name} must be >= {minimum} on every axis, got {value!r}')
+    return values

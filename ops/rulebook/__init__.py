@@ -1,0 +1,161 @@
+"""rulebook: neighbour maps of sparse 3D convolutions over padded voxel coordinates (export-friendly).
+
+A neighbour map ``nbr`` (Vout, K) lists, for every output row and kernel offset k, the row of the input
+voxel read by that offset, or the **dump index** (the number of input rows) when there is none. Offsets
+are numbered in ``itertools.product`` order over (z, y, x) -- spconv's weight layout ``(Cout, kz, ky, kx,
+Cin)`` -- so a convolution is ``out = sum_k x_pad[nbr[:, k]] @ W_k`` with a zero row appended to ``x``.
+
+Inputs are padded: ``coors`` (Vmax, 4) int64 ``[b, z, y, x]`` whose first ``num_valid`` rows are unique
+voxels inside ``spatial_shape``; padding rows are ignored and never referenced. Not differentiable
+(integer outputs). Conventions follow spconv 2.x:
+
+* submanifold (``SubMConv3d``, odd kernels): output = input rows; offset k reads ``c + (k - K // 2) * dilation``;
+* strided (``SparseConv3d``): output cell ``o`` exists iff an input voxel reads it, ``o * stride - padding +
+  k * dilation = c`` for some k, with ``0 <= o < conv_output_shape(...)`` -- the set spconv produces. Rows are
+  **sorted by (b, z, y, x)** (spconv's own order is unspecified), padded to ``max_out`` (padding rows 0);
+  outputs beyond ``max_out`` are dropped from the end and counted;
+* inverse (``SparseInverseConv3d``): the transposed pairs of a strided map; its outputs are the strided
+  conv's input rows.
+"""
+from typing import NamedTuple
+
+import torch
+
+from .. import _checks
+from ..build import load_family
+from .reference import conv_output_shape as _conv_output_shape
+
+load_family('rulebook')
+
+
+class ConvRulebook(NamedTuple):
+    """Result of :func:`rulebook_conv` (all int64, on the device of ``coors``)."""
+    out_coors: torch.Tensor      #: (max_out, 4) [b, z, y, x] sorted by key; padding rows are 0
+    num_valid_out: torch.Tensor  #: () output voxels kept (<= max_out)
+    num_dropped: torch.Tensor    #: () output voxels beyond max_out (dropped, counted)
+    nbr: torch.Tensor            #: (max_out, K) rows of coors; Vmax (dump) where no neighbour or padding
+
+
+@torch.library.register_fake('fsdlite::rulebook_subm')
+def _subm_fake(coors, num_valid, spatial_shape, kernel_size, dilation):
+    k = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    return coors.new_empty((coors.shape[0], k))
+
+
+@torch.library.register_fake('fsdlite::rulebook_conv')
+def _conv_fake(coors, num_valid, spatial_shape, kernel_size, stride, padding, dilation, max_out):
+    k = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    return (coors.new_empty((max_out, 4)), coors.new_empty(()), coors.new_empty(()), coors.new_empty((max_out, k)))
+
+
+@torch.library.register_fake('fsdlite::rulebook_inverse')
+def _inverse_fake(nbr, num_rows):
+    return nbr.new_empty((num_rows, nbr.shape[1]))
+
+
+def _coors_and_count(op, coors, num_valid, spatial_shape):
+    _checks.tensor(op, 'coors', coors, dtypes=_checks.INDEX_DTYPES, dim=2, size={1: (4, '[b, z, y, x]')})
+    if isinstance(num_valid, torch.Tensor):
+        _checks.tensor(op, 'num_valid', num_valid, dtypes=_checks.INDEX_DTYPES)
+        if num_valid.numel() != 1:
+            raise ValueError(f'{op}: num_valid must be an int or a 1-element tensor, got shape '
+                             f'{tuple(num_valid.shape)}')
+        count = int(num_valid)
+        num_valid = num_valid.reshape(()).to(device=coors.device, dtype=torch.long)
+    else:
+        count = _checks.positive_int(op, 'num_valid', num_valid, allow_zero=True)
+        num_valid = torch.tensor(count, dtype=torch.long, device=coors.device)
+    if not 0 <= count <= coors.shape[0]:
+        raise ValueError(f'{op}: num_valid must lie in [0, coors.shape[0]] = [0, {coors.shape[0]}], got {count}')
+    shape = _checks.int_sequence(op, 'spatial_shape', spatial_shape, 3, minimum=1)
+    coors = coors.long()
+    if count:
+        lo, hi = torch.aminmax(coors[:count], dim=0)
+        for col, axis in enumerate('bzyx'):
+            top = shape[col - 1] if col else None
+            if int(lo[col]) < 0 or (top is not None and int(hi[col]) >= top):
+                bound = f'[0, {top})' if top else '>= 0'
+                raise ValueError(f'{op}: coors[:num_valid, {col}] ({axis}) must lie in {bound} (spatial_shape '
+                                 f'{shape}), got min {int(lo[col])} and max {int(hi[col])}')
+    return coors, num_valid, shape
+
+
+def conv_output_shape(spatial_shape, kernel_size, stride=1, padding=0, dilation=1):
+    """Output grid ``(oz, oy, ox)`` of a strided sparse conv (spconv's ``get_conv_output_size``).
+
+    Arguments are ints or 3-sequences (z, y, x); raises ValueError when the output grid would be empty.
+    """
+    op = 'conv_output_shape'
+    shape = _checks.int_sequence(op, 'spatial_shape', spatial_shape, 3, minimum=1)
+    k, s = (_checks.int_sequence(op, n, v, 3, minimum=1) for n, v in (('kernel_size', kernel_size), ('stride', stride)))
+    p = _checks.int_sequence(op, 'padding', padding, 3, minimum=0)
+    d = _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1)
+    out = _conv_output_shape(shape, k, s, p, d)
+    if min(out) < 1:
+        raise ValueError(f'{op}: spatial_shape {shape} with kernel_size {k}, stride {s}, padding {p}, dilation {d} '
+                         f'gives an empty output grid {out}')
+    return out
+
+
+def rulebook_subm(coors, num_valid, spatial_shape, kernel_size=3, dilation=1):
+    """Neighbour map of a submanifold sparse conv (spconv ``SubMConv3d``).
+
+    Args:
+        coors (Tensor): (Vmax, 4) int64/int32 ``[b, z, y, x]``; rows ``< num_valid`` unique voxels.
+        num_valid (int | Tensor): number of valid rows (0-d integer tensor or int).
+        spatial_shape (Sequence[int]): grid ``(nz, ny, nx)``.
+        kernel_size (int | Sequence[int]): odd sizes (z, y, x).
+        dilation (int | Sequence[int]): >= 1.
+    Returns:
+        Tensor: (Vmax, K) int64 input rows; ``Vmax`` (dump) for missing neighbours and padding rows.
+    """
+    op = 'rulebook_subm'
+    coors, num_valid, shape = _coors_and_count(op, coors, num_valid, spatial_shape)
+    k = _checks.int_sequence(op, 'kernel_size', kernel_size, 3, minimum=1)
+    if any(v % 2 == 0 for v in k):
+        raise ValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
+    d = _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1)
+    return torch.ops.fsdlite.rulebook_subm(coors, num_valid, shape, k, d)
+
+
+def rulebook_conv(coors, num_valid, spatial_shape, kernel_size, stride=1, padding=0, dilation=1, *, max_out):
+    """Output voxels and neighbour map of a strided (regular) sparse conv (spconv ``SparseConv3d``).
+
+    Args:
+        coors, num_valid, spatial_shape: padded input voxels (as :func:`rulebook_subm`).
+        kernel_size, stride, padding, dilation (int | Sequence[int]): conv geometry (z, y, x).
+        max_out (int): output bound Vout_max (rows of the padded result).
+    Returns:
+        ConvRulebook: ``out_coors`` (max_out, 4) sorted by ``(b, z, y, x)``, ``num_valid_out``,
+        ``num_dropped`` (outputs beyond ``max_out``, dropped from the end) and ``nbr`` (max_out, K) rows of
+        ``coors`` (``Vmax`` = dump). The output grid is :func:`conv_output_shape`.
+    """
+    op = 'rulebook_conv'
+    coors, num_valid, shape = _coors_and_count(op, coors, num_valid, spatial_shape)
+    k = _checks.int_sequence(op, 'kernel_size', kernel_size, 3, minimum=1)
+    s = _checks.int_sequence(op, 'stride', stride, 3, minimum=1)
+    p = _checks.int_sequence(op, 'padding', padding, 3, minimum=0)
+    d = _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1)
+    conv_output_shape(shape, k, s, p, d)
+    max_out = _checks.positive_int(op, 'max_out', max_out, allow_zero=True)
+    return ConvRulebook(*torch.ops.fsdlite.rulebook_conv(coors, num_valid, shape, k, s, p, d, max_out))
+
+
+def rulebook_inverse(nbr, num_rows):
+    """Neighbour map of the inverse conv (spconv ``SparseInverseConv3d``) of a strided conv.
+
+    Args:
+        nbr (Tensor): (Vout_max, K) int64 map returned by :func:`rulebook_conv` (values in ``[0, num_rows]``).
+        num_rows (int): Vmax, rows of the strided conv's input (its dump index).
+    Returns:
+        Tensor: (num_rows, K) int64 rows of the strided conv's *output* (the inverse conv's input);
+        ``Vout_max`` (dump) where no pair exists.
+    """
+    op = 'rulebook_inverse'
+    _checks.tensor(op, 'nbr', nbr, dtypes=_checks.INDEX_DTYPES, dim=2)
+    num_rows = _checks.positive_int(op, 'num_rows', num_rows, allow_zero=True)
+    _checks.index_range(op, 'nbr', nbr, 0, num_rows + 1)
+    return torch.ops.fsdlite.rulebook_inverse(nbr.long(), num_rows)
+
+
+__all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse']

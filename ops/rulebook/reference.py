@@ -1,0 +1,83 @@
+"""Pure-torch reference of the rulebook family (sorted keys + binary search), for tests and benchmarks."""
+import itertools
+
+import torch
+
+
+def kernel_offsets(kernel_size):
+    """(K, 3) int64 kernel indices (kz, ky, kx) in itertools.product order (spconv's weight order)."""
+    return torch.tensor(list(itertools.product(*(range(k) for k in kernel_size))), dtype=torch.long).view(-1, 3)
+
+
+def conv_output_shape(spatial_shape, kernel_size, stride, padding, dilation):
+    """Output grid ``(oz, oy, ox)`` of a strided conv: ``(n + 2p - d (k - 1) - 1) // s + 1`` per axis."""
+    return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
+                 for n, k, s, p, d in zip(spatial_shape, kernel_size, stride, padding, dilation))
+
+
+def _keys(bzyx, shape):
+    return ((bzyx[..., 0] * shape[0] + bzyx[..., 1]) * shape[1] + bzyx[..., 2]) * shape[2] + bzyx[..., 3]
+
+
+def _lookup(coors, num_valid, shape, cells, dump):
+    """Rows of ``coors[:num_valid]`` at ``cells`` (..., 4) (``dump`` where absent or outside ``shape``)."""
+    dumps = torch.full(cells.shape[:-1], dump, dtype=torch.long)
+    if num_valid == 0:
+        return dumps
+    keys = _keys(coors[:num_valid], shape)
+    order = torch.argsort(keys)
+    sorted_keys = keys[order]
+    inside = ((cells[..., 1:] >= 0) & (cells[..., 1:] < torch.tensor(shape))).all(-1)
+    query = _keys(cells, shape)
+    pos = torch.searchsorted(sorted_keys, query).clamp(max=num_valid - 1)
+    return torch.where(inside & (sorted_keys[pos] == query), order[pos], dumps)
+
+
+def rulebook_subm_reference(coors, num_valid, spatial_shape, kernel_size, dilation):
+    """(Vmax, K) submanifold neighbour map (dump ``Vmax``); see :func:`fsdlite.ops.rulebook_subm`."""
+    coors = coors.long()
+    vmax = coors.shape[0]
+    offsets = (kernel_offsets(kernel_size) - torch.tensor(kernel_size) // 2) * torch.tensor(dilation)
+    cells = coors[:, None, :].repeat(1, offsets.shape[0], 1)
+    cells[..., 1:] += offsets
+    nbr = _lookup(coors, int(num_valid), spatial_shape, cells, vmax)
+    nbr[int(num_valid):] = vmax
+    return nbr
+
+
+def rulebook_conv_reference(coors, num_valid, spatial_shape, kernel_size, stride, padding, dilation, max_out):
+    """Strided-conv rulebook ``(out_coors, num_valid_out, num_dropped, nbr)``; see :func:`fsdlite.ops.rulebook_conv`."""
+    coors = coors.long()
+    n = int(num_valid)
+    vmax = coors.shape[0]
+    out_shape = conv_output_shape(spatial_shape, kernel_size, stride, padding, dilation)
+    kidx = kernel_offsets(kernel_size)
+    s, p, d = (torch.tensor(v) for v in (stride, padding, dilation))
+    t = coors[:n, None, 1:] + p - kidx * d                       # (n, K, 3): o * s for a valid pair
+    ok = ((t >= 0) & (t % s == 0) & (t // s < torch.tensor(out_shape))).all(-1)
+    cand = torch.cat([coors[:n, None, :1].expand(-1, kidx.shape[0], 1), t // s], -1)[ok]
+    keys = torch.unique(_keys(cand, out_shape))                 # sorted
+    total = keys.numel()
+    kept = min(total, max_out)
+    out = torch.zeros(max_out, 4, dtype=torch.long)
+    k = keys[:kept]
+    out[:kept, 3] = k % out_shape[2]
+    out[:kept, 2] = k // out_shape[2] % out_shape[1]
+    out[:kept, 1] = k // (out_shape[2] * out_shape[1]) % out_shape[0]
+    out[:kept, 0] = k // (out_shape[2] * out_shape[1] * out_shape[0])
+    cells = out[:, None, :].repeat(1, kidx.shape[0], 1)
+    cells[..., 1:] = cells[..., 1:] * s - p + kidx * d
+    nbr = _lookup(coors, n, spatial_shape, cells, vmax)
+    nbr[kept:] = vmax
+    return out, torch.tensor(kept), torch.tensor(total - kept), nbr
+
+
+def rulebook_inverse_reference(nbr, num_rows):
+    """(num_rows, K) inverse map of a strided-conv map ``nbr`` (dump ``nbr.shape[0]``)."""
+    num_out, kv = nbr.shape
+    inv = torch.full((num_rows + 1, kv), num_out, dtype=torch.long)
+    rows = torch.arange(num_out).view(-1, 1).expand(-1, kv)
+    for k in range(kv):
+        hit = nbr[:, k] < num_rows
+        inv[nbr[hit, k], k] = rows[hit, k]
+    return inv[:num_rows]

@@ -1,0 +1,166 @@
+// rulebook: neighbour maps ("rulebooks") of sparse 3D convolutions over padded voxel coordinates.
+//
+// Coordinates are (Vmax, 4) int64 rows [b, z, y, x]; only rows < num_valid are voxels, the rest is padding.
+// Kernel offsets are enumerated in itertools.product order over (z, y, x) -- the order of spconv's weight
+// (Cout, kz, ky, kx, Cin) -- so offset k = (kz * KY + ky) * KX + kx. Every neighbour map holds row indices of
+// the convolution's input, with the dump index (= number of input rows) where there is no neighbour.
+//
+//   submanifold: output = input set; nbr[i, k] = row of c_i + (k - K/2) * dilation.
+//   strided:     output o exists iff some input i and offset k satisfy o * stride = i + padding - k * dilation
+//                (0 <= o < out_shape); outputs are sorted by key ((b * OZ + z) * OY + y) * OX + x, truncated
+//                to max_out; nbr[o, k] = row of o * stride - padding + k * dilation.
+//   inverse:     inv[i, k] = o where nbr[o, k] = i (the transposed pairs of a strided map).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <cstdint>
+#include <tuple>
+
+#if defined(__CUDACC__)
+#define FSDLITE_RB_HD __host__ __device__
+#else
+#define FSDLITE_RB_HD
+#endif
+
+namespace fsdlite::rulebook {
+
+// Validated geometry of one call (axes in z, y, x order).
+struct Geometry {
+  int64_t in_shape[3];
+  int64_t out_shape[3];
+  int64_t kernel[3];
+  int64_t stride[3];
+  int64_t padding[3];
+  int64_t dilation[3];
+  int64_t kernel_volume;
+  int64_t num_valid;    // rows [0, num_valid) of coors are voxels
+  int64_t num_batches;  // max batch id + 1 over the valid rows (1 when there are none)
+};
+
+using ConvOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// Argument checks (TORCH_CHECK naming the argument, its value and what was expected); all run before any
+// kernel. `subm` requires odd kernel sizes; strided maps require a non-empty output grid.
+Geometry check_geometry(const at::Tensor& coors, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
+                        c10::IntArrayRef kernel_size, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                        c10::IntArrayRef dilation, bool subm, const char* op);
+void check_max_out(int64_t max_out);
+void check_inverse_args(const at::Tensor& nbr, int64_t num_rows);
+
+// Raises the duplicate-voxel error for rows a < b sharing coordinates.
+[[noreturn]] void raise_duplicate(const at::Tensor& coors, int64_t a, int64_t b, const char* op);
+// Raises the error of a neighbour map that maps (row, offset) to two outputs.
+[[noreturn]] void raise_inverse_conflict(int64_t row, int64_t k, int64_t o1, int64_t o2);
+
+// splitmix64 finaliser: spreads voxel keys over an open-addressing table.
+FSDLITE_RB_HD inline uint64_t mix_key(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// Smallest power of two >= 2 * n (and >= 16): load factor <= 0.5.
+inline int64_t table_capacity(int64_t n) {
+  int64_t cap = 16;
+  while (cap < 2 * n) cap <<= 1;
+  return cap;
+}
+
+constexpr int64_t kEmpty = -1;  // empty slot of a key table (keys are >= 0)
+
+// One slot of a key -> value open-addressing table (key and value share a cache line).
+struct Slot {
+  int64_t key;
+  int64_t value;
+};
+
+// Home slot of a key. Runs of 4 consecutive keys (neighbours along x) share a home region, so the lookups of
+// one voxel's neighbours touch few cache lines.
+FSDLITE_RB_HD inline int64_t home_slot(int64_t key, int64_t mask) {
+  const uint64_t h = (mix_key(static_cast<uint64_t>(key) >> 2) << 2) | (static_cast<uint64_t>(key) & 3u);
+  return static_cast<int64_t>(h & static_cast<uint64_t>(mask));
+}
+
+// Read-only view of a key -> value table with linear probing (capacity mask + 1, a power of two).
+struct TableView {
+  const Slot* slots;
+  int64_t mask;
+
+  // Value of `key`, or `missing`.
+  FSDLITE_RB_HD int64_t find(int64_t key, int64_t missing) const {
+    int64_t h = home_slot(key, mask);
+    while (true) {
+      const int64_t k = slots[h].key;
+      if (k == key) return slots[h].value;
+      if (k == kEmpty) return missing;
+      h = (h + 1) & mask;
+    }
+  }
+};
+
+// Key of grid cell (b, z, y, x) in a (nz, ny, nx) grid.
+FSDLITE_RB_HD inline int64_t encode(int64_t b, int64_t z, int64_t y, int64_t x, const int64_t* shape) {
+  return ((b * shape[0] + z) * shape[1] + y) * shape[2] + x;
+}
+
+FSDLITE_RB_HD inline void decode(int64_t key, const int64_t* shape, int64_t* out) {
+  out[3] = key % shape[2];
+  key /= shape[2];
+  out[2] = key % shape[1];
+  key /= shape[1];
+  out[1] = key % shape[0];
+  out[0] = key / shape[0];
+}
+
+// Offset index k -> per-axis kernel index (z, y, x).
+FSDLITE_RB_HD inline void kernel_index(int64_t k, const int64_t* kernel, int64_t* kzyx) {
+  kzyx[2] = k % kernel[2];
+  k /= kernel[2];
+  kzyx[1] = k % kernel[1];
+  kzyx[0] = k / kernel[1];
+}
+
+// Key of the input cell read by output cell `o` (b, z, y, x) at offset k of a strided conv (or kEmpty when
+// it lies outside the input grid). With subm=true: cell o + (k - K/2) * dilation.
+FSDLITE_RB_HD inline int64_t input_key(const int64_t* o, int64_t k, const Geometry& g, bool subm) {
+  int64_t kzyx[3], c[3];
+  kernel_index(k, g.kernel, kzyx);
+  for (int a = 0; a < 3; ++a) {
+    c[a] = subm ? o[a + 1] + (kzyx[a] - g.kernel[a] / 2) * g.dilation[a]
+                : o[a + 1] * g.stride[a] - g.padding[a] + kzyx[a] * g.dilation[a];
+    if (c[a] < 0 || c[a] >= g.in_shape[a]) return kEmpty;
+  }
+  return encode(o[0], c[0], c[1], c[2], g.in_shape);
+}
+
+// Per-axis output coordinate written by input coordinate `c` at kernel index `kk` on axis `a`, or -1.
+FSDLITE_RB_HD inline int64_t output_coordinate(int64_t c, int64_t kk, int a, const Geometry& g) {
+  const int64_t t = c + g.padding[a] - kk * g.dilation[a];
+  if (t < 0 || t % g.stride[a] != 0) return -1;
+  const int64_t o = t / g.stride[a];
+  return o < g.out_shape[a] ? o : -1;
+}
+
+// Upper bound of the outputs one input voxel reaches. Per axis, the kernel indices k with
+// k * dilation == r (mod stride) repeat with period stride / gcd(stride, dilation).
+inline int64_t outputs_per_input(const Geometry& g) {
+  int64_t n = 1;
+  for (int a = 0; a < 3; ++a) {
+    int64_t x = g.stride[a], y = g.dilation[a];
+    while (y != 0) {
+      const int64_t t = x % y;
+      x = y;
+      y = t;
+    }
+    const int64_t period = g.stride[a] / x;
+    n *= (g.kernel[a] + period - 1) / period;
+  }
+  return n;
+}
+
+}  // namespace fsdlite::rulebook

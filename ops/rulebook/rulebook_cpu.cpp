@@ -1,0 +1,163 @@
+// CPU kernels of the rulebook family. The input voxels go into an open-addressing key -> row table (one
+// serial pass, which also detects duplicate voxels before anything is written); neighbour maps are then
+// filled in parallel, each output row by one thread (lookups only, no atomics), so results never depend
+// on the thread count. Strided outputs are collected in a hash set, sorted by key and truncated to max_out.
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "rulebook.h"
+
+namespace fsdlite::rulebook {
+namespace {
+
+constexpr int64_t kGrain = 2048;  // output rows per parallel task at least
+
+// key -> row table of the valid input voxels; raises on a duplicate voxel.
+struct InputTable {
+  std::vector<Slot> slots;
+  int64_t mask = 0;
+
+  InputTable(const at::Tensor& coors, const Geometry& g, const char* op) {
+    const int64_t cap = table_capacity(g.num_valid);
+    slots.assign(cap, Slot{kEmpty, 0});
+    mask = cap - 1;
+    const int64_t* c = coors.data_ptr<int64_t>();
+    for (int64_t i = 0; i < g.num_valid; ++i) {
+      const int64_t* r = c + 4 * i;
+      const int64_t key = encode(r[0], r[1], r[2], r[3], g.in_shape);
+      int64_t h = home_slot(key, mask);
+      while (slots[h].key != kEmpty && slots[h].key != key) h = (h + 1) & mask;
+      if (slots[h].key == key) raise_duplicate(coors, slots[h].value, i, op);
+      slots[h] = Slot{key, i};
+    }
+  }
+
+  TableView view() const { return TableView{slots.data(), mask}; }
+};
+
+// nbr[r, k] for output rows r < num_out whose cells are given by `cell(r, out)` (b, z, y, x); rows >= num_out
+// keep the dump value.
+template <typename CellFn>
+void fill_neighbours(int64_t num_out, const Geometry& g, bool subm, const TableView& table, int64_t dump,
+                     const CellFn& cell, int64_t* nbr) {
+  const int64_t kv = g.kernel_volume;
+  at::parallel_for(0, num_out, kGrain, [&](int64_t begin, int64_t end) {
+    int64_t o[4];
+    for (int64_t r = begin; r < end; ++r) {
+      cell(r, o);
+      int64_t* row = nbr + r * kv;
+      for (int64_t k = 0; k < kv; ++k) {
+        const int64_t key = input_key(o, k, g, subm);
+        row[k] = key == kEmpty ? dump : table.find(key, dump);
+      }
+    }
+  });
+}
+
+at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
+                             c10::IntArrayRef kernel_size, c10::IntArrayRef dilation) {
+  const int64_t ones[3] = {1, 1, 1}, zeros[3] = {0, 0, 0};
+  const Geometry g = check_geometry(coors_, num_valid, spatial_shape, kernel_size, ones, zeros, dilation, true,
+                                    "rulebook_subm");
+  const at::Tensor coors = coors_.contiguous();
+  const int64_t vmax = coors.size(0);
+  at::Tensor nbr = at::full({vmax, g.kernel_volume}, vmax, coors.options());
+  if (g.num_valid == 0) return nbr;
+  const InputTable table(coors, g, "rulebook_subm");
+  const int64_t* c = coors.data_ptr<int64_t>();
+  fill_neighbours(
+      g.num_valid, g, true, table.view(), vmax,
+      [&](int64_t r, int64_t* o) { std::copy(c + 4 * r, c + 4 * r + 4, o); }, nbr.data_ptr<int64_t>());
+  return nbr;
+}
+
+// Sorted keys of every output cell reached by a valid input voxel.
+std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
+  const int64_t cap = table_capacity(g.num_valid * outputs_per_input(g)), mask = cap - 1;
+  std::vector<int64_t> set(cap, kEmpty), unique;
+  for (int64_t i = 0; i < g.num_valid; ++i) {
+    const int64_t* r = c + 4 * i;
+    int64_t cand[3][1024];  // per axis: output coordinates reachable from this voxel
+    int64_t count[3] = {0, 0, 0};
+    for (int a = 0; a < 3; ++a) {
+      for (int64_t kk = 0; kk < g.kernel[a]; ++kk) {
+        const int64_t o = output_coordinate(r[a + 1], kk, a, g);
+        if (o >= 0) cand[a][count[a]++] = o;
+      }
+    }
+    for (int64_t z = 0; z < count[0]; ++z)
+      for (int64_t y = 0; y < count[1]; ++y)
+        for (int64_t x = 0; x < count[2]; ++x) {
+          const int64_t key = encode(r[0], cand[0][z], cand[1][y], cand[2][x], g.out_shape);
+          int64_t h = home_slot(key, mask);
+          while (set[h] != kEmpty && set[h] != key) h = (h + 1) & mask;
+          if (set[h] == kEmpty) {
+            set[h] = key;
+            unique.push_back(key);
+          }
+        }
+  }
+  std::sort(unique.begin(), unique.end());
+  return unique;
+}
+
+ConvOutputs rulebook_conv_cpu(const at::Tensor& coors_, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
+                              c10::IntArrayRef kernel_size, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                              c10::IntArrayRef dilation, int64_t max_out) {
+  const Geometry g = check_geometry(coors_, num_valid, spatial_shape, kernel_size, stride, padding, dilation, false,
+                                    "rulebook_conv");
+  check_max_out(max_out);
+  const at::Tensor coors = coors_.contiguous();
+  const int64_t vmax = coors.size(0);
+  const auto opts = coors.options();
+  at::Tensor out_coors = at::zeros({max_out, 4}, opts);
+  at::Tensor nbr = at::full({max_out, g.kernel_volume}, vmax, opts);
+  if (g.num_valid == 0) return {out_coors, at::zeros({}, opts), at::zeros({}, opts), nbr};
+  const InputTable table(coors, g, "rulebook_conv");
+  const std::vector<int64_t> keys = output_keys(coors.data_ptr<int64_t>(), g);
+  const int64_t total = static_cast<int64_t>(keys.size());
+  const int64_t kept = std::min(total, max_out);
+  int64_t* oc = out_coors.data_ptr<int64_t>();
+  fill_neighbours(
+      kept, g, false, table.view(), vmax,
+      [&](int64_t r, int64_t* o) {
+        decode(keys[r], g.out_shape, o);
+        std::copy(o, o + 4, oc + 4 * r);
+      },
+      nbr.data_ptr<int64_t>());
+  return {out_coors, at::full({}, kept, opts), at::full({}, total - kept, opts), nbr};
+}
+
+at::Tensor rulebook_inverse_cpu(const at::Tensor& nbr_, int64_t num_rows) {
+  check_inverse_args(nbr_, num_rows);
+  const at::Tensor nbr = nbr_.contiguous();
+  const int64_t num_out = nbr.size(0), kv = nbr.size(1);
+  at::Tensor inv = at::full({num_rows, kv}, num_out, nbr.options());
+  const int64_t* n = nbr.data_ptr<int64_t>();
+  int64_t* out = inv.data_ptr<int64_t>();
+  for (int64_t o = 0; o < num_out; ++o) {  // serial: conflicting pairs are detected, never raced
+    for (int64_t k = 0; k < kv; ++k) {
+      const int64_t i = n[o * kv + k];
+      if (i == num_rows) continue;
+      int64_t& slot = out[i * kv + k];
+      if (slot != num_out) raise_inverse_conflict(i, k, slot, o);
+      slot = o;
+    }
+  }
+  return inv;
+}
+
+}  // namespace
+}  // namespace fsdlite::rulebook
+
+TORCH_LIBRARY_IMPL(fsdlite, CPU, m) {
+  m.impl("rulebook_subm", &fsdlite::rulebook::rulebook_subm_cpu);
+  m.impl("rulebook_conv", &fsdlite::rulebook::rulebook_conv_cpu);
+  m.impl("rulebook_inverse", &fsdlite::rulebook::rulebook_inverse_cpu);
+}
