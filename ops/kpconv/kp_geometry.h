@@ -105,18 +105,32 @@ struct Geometry {
     return best;
   }
 
-  // Writes the K influences of slot (q, s) into w (zeros for the shadow neighbour).
+  // Writes the K influences of slot (q, s) into w (zeros for the shadow neighbour).  The squared
+  // distances are computed first in a branch-free loop (w doubles as their storage).
   FSDLITE_KP_HD void influences(int64_t q, int64_t s, T* w) const {
     const int64_t j = neighbor(q, s);
-    for (int64_t kk = 0; kk < k; ++kk) w[kk] = T(0);
-    if (j >= n) return;
-    T r[3], slope;
-    if (nearest) {
-      const int64_t kk = nearest_kernel(q, j);
-      w[kk] = influence_of(mode, offset(q, j, kk, r), sigma, &slope);
+    if (j >= n) {
+      for (int64_t kk = 0; kk < k; ++kk) w[kk] = T(0);
       return;
     }
-    for (int64_t kk = 0; kk < k; ++kk) w[kk] = influence_of(mode, offset(q, j, kk, r), sigma, &slope);
+    const T* kpq = kernel(q);
+    const T dx = s_pts[j * 3] - q_pts[q * 3], dy = s_pts[j * 3 + 1] - q_pts[q * 3 + 1],
+            dz = s_pts[j * 3 + 2] - q_pts[q * 3 + 2];
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const T ex = dx - kpq[kk * 3], ey = dy - kpq[kk * 3 + 1], ez = dz - kpq[kk * 3 + 2];
+      w[kk] = ex * ex + ey * ey + ez * ez;
+    }
+    T slope;
+    if (nearest) {
+      int64_t best = 0;
+      for (int64_t kk = 1; kk < k; ++kk)
+        if (w[kk] < w[best]) best = kk;
+      const T value = influence_of(mode, w[best], sigma, &slope);
+      for (int64_t kk = 0; kk < k; ++kk) w[kk] = T(0);
+      w[best] = value;
+      return;
+    }
+    for (int64_t kk = 0; kk < k; ++kk) w[kk] = influence_of(mode, w[kk], sigma, &slope);
   }
 
   // Derivative of the influence of (q, j, kernel point kk) with respect to that kernel point's
