@@ -2,8 +2,9 @@
 
 * ``'dense'``: the faithful O(nodes²) formulation (pairwise latent distances, explicit attention
   matrix); it is the reference.
-* ``'efficient'``: kNN indices from :func:`fsdlite.ops.knn`, distances recomputed with gradient,
-  :func:`fsdlite.ops.knn_aggregate`, SDPA attention without an N x N matrix, chunks with recomputation.
+* ``'efficient'``: kNN indices (no gradient) and the k squared distances from :func:`fsdlite.ops.knn`
+  (its backward recomputes s_i - s_j for the fixed neighbours), :func:`fsdlite.ops.knn_aggregate`,
+  SDPA attention without an N x N matrix, chunks with recomputation.
 """
 IMPLS = ('dense', 'efficient')
 
