@@ -171,7 +171,6 @@ def min_size(op, name, value, axis, minimum, what=''):
     return value
 
 
-
 def int_sequence(op, name, value, length, minimum=None):
     """Check ``value`` is an int (broadcast) or a sequence of ``length`` ints, each ``>= minimum``; return a list."""
     values = [value] * length if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
