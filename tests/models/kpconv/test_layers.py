@@ -24,10 +24,11 @@ LAYERS = {
 }
 
 
-def build(name, impl, seed=0):
+def build(name, impl, seed=0, kernel_size=7, channels=C):
     cls, kwargs = LAYERS[name]
+    kwargs = {k: (channels if v == C and k != 'out_channels' else v) for k, v in kwargs.items()}
     torch.manual_seed(seed)
-    layer = cls(kernel_size=7, radius=0.35, impl=impl, **kwargs).double()
+    layer = cls(kernel_size=kernel_size, radius=0.35, impl=impl, **kwargs).double()
     if getattr(layer, 'deformable', False):  # non-trivial offsets (they start at zero)
         torch.nn.init.normal_(layer.offset_conv.weights, std=0.2)
     return layer
@@ -69,14 +70,13 @@ def test_gradcheck_float64(name, neighbor_search):
     g = torch.Generator().manual_seed(1)
     points = torch.rand(14, 3, generator=g, dtype=torch.float64)
     neighbors = neighbor_search(points, points, 0.5, 5)
-    layer = build(name, 'fused').eval()  # eval: no regulariser bookkeeping, BN in inference mode
-    layer.regularizers = None
+    layer = build(name, 'fused', kernel_size=4, channels=4).eval()  # eval: BN in inference mode
     names = [n for n, _ in layer.named_parameters()]
 
     def fn(x, *weights):
         return torch.func.functional_call(layer, dict(zip(names, weights)), (points, points, neighbors, x))
 
-    x = torch.randn(14, C, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(14, 4, generator=g, dtype=torch.float64, requires_grad=True)
     weights = [p.detach().clone().requires_grad_(True) for p in layer.parameters()]
     assert torch.autograd.gradcheck(fn, (x, *weights))
 
