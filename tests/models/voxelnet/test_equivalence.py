@@ -70,3 +70,14 @@ def test_gradcheck_wrt_inputs_through_the_efficient_path(build_voxelnet, inputs)
         return model({'muon_features': full, 'voxel_centres': centres})[0, :3]
 
     assert torch.autograd.gradcheck(fn, (x[mask].detach().clone().requires_grad_(True),), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_efficient_matches_cpu_dense(build_voxelnet, inputs):
+    model = build_voxelnet(dtype=torch.float32, chunk_rows=100).eval()
+    feats, centres = inputs(2, 12, 30, dtype=torch.float32, seed=9)
+    dense_out, dense_grads = _run(model, 'dense', feats, centres)
+    model.cuda()
+    eff_out, eff_grads = _run(model, 'efficient', feats.cuda(), centres.cuda())
+    assert _rel(eff_out.cpu(), dense_out) <= 1e-5
+    assert _grad_rel([g.cpu() for g in eff_grads], dense_grads) <= 1e-4
