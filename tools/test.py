@@ -23,6 +23,7 @@ from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
 def parse_args(argv=None):
+    """Command-line options; returns ``(parser, args)``."""
     parser = argparse.ArgumentParser(description='Test (evaluate) a checkpoint')
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file')
@@ -39,6 +40,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    """Run the tool; set-up errors exit with status 2 and a one-line message."""
     parser, args = parse_args(argv)
     try:
         cfg = load_config(args.config, args.cfg_options, args.allow_new_cfg_keys)

@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 SEG_CONFIG = 'configs/segmentation/sparse_segmentor_synthetic.py'
 # Real config, tiny workload: 4 cached frames, batch 1, validation only when asked.
 SMALL = ['train_dataloader.dataset.num_frames=4', 'train_dataloader.batch_size=1', 'train_cfg.val_interval=1000',
-         'val_dataloader.dataset.num_frames=2', 'test_dataloader.dataset.num_frames=2', 'default_hooks.logger.interval=1']
+         'val_dataloader.dataset.num_frames=2', 'test_dataloader.dataset.num_frames=2',
+         'default_hooks.logger.interval=1']
 
 
 def run_tool(args, timeout=300, launcher=None):
@@ -38,9 +39,17 @@ def tools():
 
 @pytest.fixture(scope='session')
 def trained_work_dir(tmp_path_factory, tools):
-    """Work dir after ``tools/train.py SEG_CONFIG --cfg-options train_cfg.max_iters=4`` (subprocess)."""
-    work = tmp_path_factory.mktemp('train4')
-    proc = tools.run(['tools/train.py', SEG_CONFIG, '--work-dir', work, '--cfg-options', 'train_cfg.max_iters=4',
-                      *SMALL])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return work, proc
+    """Work dir after ``tools/train.py SEG_CONFIG --cfg-options train_cfg.max_iters=4`` (subprocess), and its log.
+
+    Trained once per test session, also under pytest-xdist (workers share the run through a file lock).
+    """
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp().parent
+    work, log = shared / 'train4', shared / 'train4.log'
+    with FileLock(str(shared / 'train4.lock')):
+        if not log.is_file():
+            proc = tools.run(['tools/train.py', SEG_CONFIG, '--work-dir', work, '--cfg-options',
+                              'train_cfg.max_iters=4', *SMALL])
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            log.write_text(proc.stdout + proc.stderr)
+    return work, log.read_text()

@@ -7,12 +7,12 @@ import torch
 
 @pytest.mark.slow
 def test_train_writes_checkpoint(trained_work_dir):
-    work, proc = trained_work_dir
+    work, log = trained_work_dir
     assert (work / 'iter_4.pth').is_file()
     assert (work / 'last_checkpoint').read_text().strip().endswith('iter_4.pth')
     ckpt = torch.load(work / 'iter_4.pth', map_location='cpu', weights_only=False)
     assert ckpt['meta']['iter'] == 4 and any(k.startswith('backbone.') for k in ckpt['state_dict'])
-    assert 'Iter(train) [4/4]' in proc.stdout + proc.stderr
+    assert 'Iter(train) [4/4]' in log
 
 
 @pytest.mark.slow

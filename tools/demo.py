@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""``make demo``: train the SparseSegmentor on synthetic lidar scenes, evaluate it on held-out frames,
+run it on the real KITTI frame 000008, write BEV PNGs and print a result table.
+
+    python tools/demo.py [--config CONFIG] [--out-dir demo_out] [--max-iters N] [--threads T]
+
+Everything it writes goes to ``--out-dir`` (checkpoints and logs in ``<out-dir>/work``).
+"""
+import argparse
+import json
+import math
+import os
+import os.path as osp
+import sys
+import time
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+import torch  # noqa: E402
+from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.dataset import pseudo_collate  # noqa: E402
+from mmengine.utils import ProgressBar  # noqa: E402
+
+from fsdlite.engine.tool_setup import build_runner, load_config, prepare_runner_cfg  # noqa: E402
+from fsdlite.evaluation.metrics.seg_metric import SegMetric  # noqa: E402
+from fsdlite.registry import DATASETS  # noqa: E402
+from fsdlite.visualization.bev import draw_bev  # noqa: E402
+
+DEFAULT_CONFIG = 'configs/segmentation/sparse_segmentor_synthetic.py'
+KITTI_CONFIG = 'configs/_base_/datasets/kitti.py'
+CAR_IOU_TARGET = 0.6
+
+
+def parse_args(argv=None):
+    """Command-line options of the demo."""
+    parser = argparse.ArgumentParser(description='fsdlite demo: synthetic training, evaluation, KITTI frame, BEV PNGs')
+    parser.add_argument('--config', default=DEFAULT_CONFIG, help='segmentation config to train')
+    parser.add_argument('--out-dir', default='demo_out', help='folder for PNGs, results.json and the work dir')
+    parser.add_argument('--max-iters', type=int, default=None, help='training iterations (default: the config)')
+    parser.add_argument('--threads', type=int, default=1,
+                        help='torch intra-op threads (default 1: predictable on a busy 2-core CPU)')
+    parser.add_argument('--kitti-root', default=None, help='folder holding 000008.bin/.pkl (default: the '
+                        'KITTI base config data_root, ../shared/data/kitti_object_000008)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config entries (keys must exist)')
+    return parser.parse_args(argv)
+
+
+class Timer:
+    """Wall and process-CPU seconds of named phases."""
+
+    def __init__(self):
+        self.phases = {}
+
+    def __call__(self, name):
+        timer = self
+
+        class _Phase:
+            def __enter__(self):
+                self.wall, self.cpu = time.perf_counter(), time.process_time()
+                print(f'\n=== {name} ===', flush=True)
+
+            def __exit__(self, *exc):
+                timer.phases[name] = (time.perf_counter() - self.wall, time.process_time() - self.cpu)
+
+        return _Phase()
+
+
+def set_max_iters(cfg, max_iters):
+    """Set ``train_cfg.max_iters`` and stretch schedulers that ended at the old value to the new one."""
+    old = cfg.train_cfg.max_iters
+    cfg.train_cfg.max_iters = max_iters
+    for scheduler in cfg.get('param_scheduler') or []:
+        for key in ('end', 'T_max'):
+            if scheduler.get(key) == old:
+                scheduler[key] = max_iters
+
+
+def pregenerate(dataset, what):
+    """Render (and cache) every frame of a synthetic dataset up front, with a progress bar."""
+    if not hasattr(dataset, 'generate'):
+        return
+    print(f'generating {len(dataset)} {what} frames', flush=True)
+    bar = ProgressBar(len(dataset))
+    for i in range(len(dataset)):
+        dataset.load_sample(dataset.get_data_info(i))
+        bar.update()
+    print(flush=True)
+
+
+def predict(model, dataset, index):
+    """(points (N, C), data sample with gt and pred_pts_seg) for item ``index``."""
+    item = dataset[index]
+    with torch.no_grad():
+        sample = model.test_step(pseudo_collate([item]))[0]
+    return item['inputs']['points'], sample
+
+
+def seg_metrics(samples, classes):
+    metric = SegMetric(classes=classes)
+    metric.process(None, [s.to_dict() for s in samples])
+    return metric.compute_metrics(metric.results)
+
+
+def bev(out_dir, name, points, sample, classes, point_range, title):
+    gt = sample.gt_pts_seg.get('pts_semantic_mask') if 'gt_pts_seg' in sample else None
+    boxes = sample.gt_instances_3d if 'gt_instances_3d' in sample else None
+    return draw_bev(osp.join(out_dir, name), points, classes, gt_labels=gt,
+                    pred_labels=sample.pred_pts_seg.pts_semantic_mask, pred_scores=sample.pred_pts_seg.pts_scores,
+                    gt_boxes=boxes.bboxes_3d if boxes is not None else None,
+                    gt_box_labels=boxes.labels_3d if boxes is not None else None,
+                    point_range=point_range, title=title, point_size=0.8)
+
+
+def kitti_dataset(args):
+    """The KITTI 000008 dataset (test pipeline of the KITTI base config), or (None, reason)."""
+    kcfg = Config.fromfile(osp.join(REPO_ROOT, KITTI_CONFIG))
+    dataset_cfg = kcfg.test_dataloader.dataset
+    root = args.kitti_root or dataset_cfg.data_root
+    root = root if osp.isabs(root) else osp.join(REPO_ROOT, root)
+    if not osp.isfile(osp.join(root, dataset_cfg.ann_file)):
+        return None, f'{osp.join(root, dataset_cfg.ann_file)} not found'
+    dataset_cfg.data_root = root
+    return DATASETS.build(dataset_cfg), None
+
+
+def format_results(rows, classes):
+    keys = [f'IoU_{c}' for c in classes] + ['IoU_background', 'mIoU', 'fg_IoU', 'acc']
+    width = max(len(name) for name, _ in rows) + 2
+    lines = [f'{"data":<{width}}' + ''.join(f'{k.replace("IoU_", ""):>12}' for k in keys)]
+    for name, res in rows:
+        lines.append(f'{name:<{width}}' + ''.join(f'{res.get(k, math.nan):12.4f}' for k in keys))
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    """Run the demo; returns the summary written to ``<out-dir>/results.json``."""
+    args = parse_args(argv)
+    torch.set_num_threads(max(1, args.threads))
+    start = time.perf_counter()
+    timer = Timer()
+    out_dir = osp.abspath(args.out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+
+    with timer('set-up and data generation'):
+        cfg = load_config(osp.join(REPO_ROOT, args.config) if not osp.isabs(args.config) else args.config,
+                          args.cfg_options)
+        if args.max_iters is not None:
+            set_max_iters(cfg, args.max_iters)
+        cfg.train_cfg.val_interval = cfg.train_cfg.max_iters + 1
+        cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None  # evaluation happens once, below
+        cfg.default_hooks.logger.interval = 20
+        cfg.default_hooks.checkpoint.interval = cfg.train_cfg.max_iters
+        prepare_runner_cfg(cfg, args.config, osp.join(out_dir, 'work'))
+        runner = build_runner(cfg)
+        # The loops own the dataset instances: fill their frame caches up front (with progress).
+        train_set = runner.train_loop.dataloader.dataset
+        test_set = runner.test_loop.dataloader.dataset
+        pregenerate(train_set, 'training')
+        pregenerate(test_set, 'held-out')
+        classes = train_set.classes
+
+    with timer('training'):
+        runner.train()
+    with timer('evaluation on held-out synthetic frames'):
+        synthetic = runner.test()
+    synthetic = {k.split('/')[-1]: v for k, v in synthetic.items()}
+    model = runner.model
+    model.eval()
+    point_range = cfg.model.point_range
+    rows = [(f'synthetic held-out ({len(test_set)} frames)', synthetic)]
+    pngs = []
+
+    with timer('KITTI 000008 and BEV pictures'):
+        for i in range(min(2, len(test_set))):
+            points, sample = predict(model, test_set, i)
+            pngs.append(bev(out_dir, f'bev_synthetic_{i:02d}.png', points, sample, classes, point_range,
+                            f'synthetic held-out frame {i}'))
+        kitti, reason = kitti_dataset(args)
+        if kitti is None:
+            print(f'skipping the KITTI frame: {reason}', flush=True)
+        else:
+            points, sample = predict(model, kitti, 0)
+            rows.append(('KITTI 000008 (real)', seg_metrics([sample], classes)))
+            pngs.append(bev(out_dir, 'bev_kitti_000008.png', points, sample, classes, point_range,
+                            'KITTI 000008: SparseSegmentor trained on synthetic scenes only'))
+
+    total = time.perf_counter() - start
+    car = synthetic.get('IoU_Car', math.nan)
+    print('\n=== results ===')
+    print(format_results(rows, classes))
+    print('\nphase                                        wall (s)   cpu (s)')
+    for name, (wall, cpu) in timer.phases.items():
+        print(f'{name:<44}{wall:9.1f}{cpu:10.1f}')
+    print(f'{"total":<44}{total:9.1f}')
+    print(f'\nCar IoU on held-out synthetic frames: {car:.4f} (target >= {CAR_IOU_TARGET}: '
+          f'{"PASS" if car >= CAR_IOU_TARGET else "FAIL"})')
+    print('pictures: ' + ', '.join(osp.relpath(str(p)) for p in pngs))
+    summary = dict(results={name: res for name, res in rows}, phases=timer.phases, total_seconds=total,
+                   max_iters=cfg.train_cfg.max_iters, threads=args.threads, pictures=[str(p) for p in pngs])
+    with open(osp.join(out_dir, 'results.json'), 'w') as f:
+        json.dump(summary, f, indent=2, default=float)
+    print('RESULT ' + json.dumps(dict(car_iou=car, mIoU=synthetic.get('mIoU'), seconds=round(total, 1))))
+    return summary
+
+
+if __name__ == '__main__':
+    main()
