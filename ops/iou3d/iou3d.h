@@ -44,10 +44,20 @@ FSDLITE_IOU3D_HD BevBox make_box(double x, double y, double l, double w, double 
 
 FSDLITE_IOU3D_HD double area(const BevBox& b) { return 4.0 * b.hl * b.hw; }
 
+// Inline min/max (host fmin/fmax are library calls that block vectorisation; inputs are finite).
+FSDLITE_IOU3D_HD double min2(double u, double v) { return u < v ? u : v; }
+FSDLITE_IOU3D_HD double max2(double u, double v) { return u > v ? u : v; }
+
+// True when the circumcircles are apart, so the boxes cannot overlap.
+FSDLITE_IOU3D_HD bool far_apart(const BevBox& a, const BevBox& b) {
+  const double ox = b.x - a.x, oy = b.y - a.y;
+  return ox * ox + oy * oy >= (a.r + b.r) * (a.r + b.r) * (1.0 + 1e-9);
+}
+
 // Intersection area of two axis-aligned rectangles (yaw ignored).
 FSDLITE_IOU3D_HD double axis_aligned_intersection(const BevBox& a, const BevBox& b) {
-  const double dx = fmin(a.x + a.hl, b.x + b.hl) - fmax(a.x - a.hl, b.x - b.hl);
-  const double dy = fmin(a.y + a.hw, b.y + b.hw) - fmax(a.y - a.hw, b.y - b.hw);
+  const double dx = min2(a.x + a.hl, b.x + b.hl) - max2(a.x - a.hl, b.x - b.hl);
+  const double dy = min2(a.y + a.hw, b.y + b.hw) - max2(a.y - a.hw, b.y - b.hw);
   return (dx > 0.0 && dy > 0.0) ? dx * dy : 0.0;
 }
 
@@ -83,7 +93,6 @@ FSDLITE_IOU3D_HD int clip_half_plane(const double* px, const double* py, int n, 
 FSDLITE_IOU3D_HD double rotated_intersection(const BevBox& a, const BevBox& b) {
   // Work relative to A's centre.
   const double ox = b.x - a.x, oy = b.y - a.y;
-  if (ox * ox + oy * oy >= (a.r + b.r) * (a.r + b.r) * (1.0 + 1e-9)) return 0.0;  // circumcircles apart
   double px[kMaxVertices], py[kMaxVertices], qx[kMaxVertices], qy[kMaxVertices];
   // A's corners, counter-clockwise: local (+l,+w), (-l,+w), (-l,-w), (+l,-w).
   const double sx[4] = {1.0, -1.0, -1.0, 1.0}, sy[4] = {1.0, 1.0, -1.0, -1.0};
@@ -106,12 +115,13 @@ FSDLITE_IOU3D_HD double rotated_intersection(const BevBox& a, const BevBox& b) {
     twice += px[i] * py[j] - px[j] * py[i];
   }
   const double inter = 0.5 * twice;
-  const double cap = fmin(area(a), area(b));
+  const double cap = min2(area(a), area(b));
   return inter <= 0.0 ? 0.0 : (inter > cap ? cap : inter);
 }
 
 // BEV intersection-over-union; 0 when the union is empty (degenerate boxes never give NaN).
 FSDLITE_IOU3D_HD double bev_iou(const BevBox& a, const BevBox& b, bool axis_aligned) {
+  if (far_apart(a, b)) return 0.0;
   const double inter = axis_aligned ? axis_aligned_intersection(a, b) : rotated_intersection(a, b);
   const double uni = area(a) + area(b) - inter;
   return uni > 0.0 ? inter / uni : 0.0;
