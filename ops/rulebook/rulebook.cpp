@@ -79,8 +79,10 @@ Geometry check_geometry(const at::Tensor& coors, const at::Tensor& num_valid, c1
     }
     g.num_batches = mx[0] + 1;
   }
-  // Keys ((b * nz + z) * ny + y) * nx + x of the input and output grids must fit in int64.
-  for (const int64_t* shape : {g.in_shape, g.out_shape}) {
+  // Keys ((b * nz + z) * ny + y) * nx + x of the input and output grids (y and x rounded up to 4 for the
+  // block-major table keys) must fit in int64.
+  for (const int64_t* grid : {g.in_shape, g.out_shape}) {
+    const int64_t shape[3] = {grid[0], (grid[1] + 3) / 4 * 4, (grid[2] + 3) / 4 * 4};
     int64_t cells = g.num_batches;
     for (int a = 0; a < 3; ++a) {
       TORCH_CHECK(cells <= std::numeric_limits<int64_t>::max() / 2 / shape[a], op, ": ", g.num_batches,

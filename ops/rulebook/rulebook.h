@@ -79,10 +79,11 @@ struct Slot {
   int64_t value;
 };
 
-// Home slot of a key. Runs of 4 consecutive keys (neighbours along x) share a home region, so the lookups of
-// one voxel's neighbours touch few cache lines.
+// Home slot of a key: runs of 16 consecutive keys share a home region of 16 slots (4 cache lines). With
+// table_key() a run is a 4 x 4 (y, x) block, so the lookups of a voxel's 3 x 3 x 3 neighbours touch few
+// cache lines, and consecutive voxels of a scan reuse them.
 FSDLITE_RB_HD inline int64_t home_slot(int64_t key, int64_t mask) {
-  const uint64_t h = (mix_key(static_cast<uint64_t>(key) >> 2) << 2) | (static_cast<uint64_t>(key) & 3u);
+  const uint64_t h = (mix_key(static_cast<uint64_t>(key) >> 4) << 4) | (static_cast<uint64_t>(key) & 15u);
   return static_cast<int64_t>(h & static_cast<uint64_t>(mask));
 }
 
@@ -108,6 +109,12 @@ FSDLITE_RB_HD inline int64_t encode(int64_t b, int64_t z, int64_t y, int64_t x, 
   return ((b * shape[0] + z) * shape[1] + y) * shape[2] + x;
 }
 
+// Table key of cell (b, z, y, x): 4 x 4 (y, x) blocks are runs of 16 consecutive keys (see home_slot).
+FSDLITE_RB_HD inline int64_t table_key(int64_t b, int64_t z, int64_t y, int64_t x, const int64_t* shape) {
+  const int64_t by = (shape[1] + 3) >> 2, bx = (shape[2] + 3) >> 2;
+  return (((((b * shape[0] + z) * by + (y >> 2)) * bx + (x >> 2)) << 4) | ((y & 3) << 2) | (x & 3));
+}
+
 FSDLITE_RB_HD inline void decode(int64_t key, const int64_t* shape, int64_t* out) {
   out[3] = key % shape[2];
   key /= shape[2];
@@ -125,8 +132,8 @@ FSDLITE_RB_HD inline void kernel_index(int64_t k, const int64_t* kernel, int64_t
   kzyx[0] = k / kernel[1];
 }
 
-// Key of the input cell read by output cell `o` (b, z, y, x) at offset k of a strided conv (or kEmpty when
-// it lies outside the input grid). With subm=true: cell o + (k - K/2) * dilation.
+// Table key of the input cell read by output cell `o` (b, z, y, x) at offset k of a strided conv (or kEmpty
+// when it lies outside the input grid). With subm=true: cell o + (k - K/2) * dilation.
 FSDLITE_RB_HD inline int64_t input_key(const int64_t* o, int64_t k, const Geometry& g, bool subm) {
   int64_t kzyx[3], c[3];
   kernel_index(k, g.kernel, kzyx);
@@ -135,7 +142,7 @@ FSDLITE_RB_HD inline int64_t input_key(const int64_t* o, int64_t k, const Geomet
                 : o[a + 1] * g.stride[a] - g.padding[a] + kzyx[a] * g.dilation[a];
     if (c[a] < 0 || c[a] >= g.in_shape[a]) return kEmpty;
   }
-  return encode(o[0], c[0], c[1], c[2], g.in_shape);
+  return table_key(o[0], c[0], c[1], c[2], g.in_shape);
 }
 
 // Per-axis output coordinate written by input coordinate `c` at kernel index `kk` on axis `a`, or -1.

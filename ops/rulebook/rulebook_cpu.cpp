@@ -30,7 +30,7 @@ struct InputTable {
     const int64_t* c = coors.data_ptr<int64_t>();
     for (int64_t i = 0; i < g.num_valid; ++i) {
       const int64_t* r = c + 4 * i;
-      const int64_t key = encode(r[0], r[1], r[2], r[3], g.in_shape);
+      const int64_t key = table_key(r[0], r[1], r[2], r[3], g.in_shape);
       int64_t h = home_slot(key, mask);
       while (slots[h].key != kEmpty && slots[h].key != key) h = (h + 1) & mask;
       if (slots[h].key == key) raise_duplicate(coors, slots[h].value, i, op);
@@ -42,20 +42,39 @@ struct InputTable {
 };
 
 // nbr[r, k] for output rows r < num_out whose cells are given by `cell(r, out)` (b, z, y, x); rows >= num_out
-// keep the dump value.
+// keep the dump value. Per offset k the input cell is o * scale + shift[k] (scale 1 for subm, else stride).
 template <typename CellFn>
 void fill_neighbours(int64_t num_out, const Geometry& g, bool subm, const TableView& table, int64_t dump,
                      const CellFn& cell, int64_t* nbr) {
   const int64_t kv = g.kernel_volume;
+  std::vector<int64_t> shift(3 * kv);
+  for (int64_t k = 0; k < kv; ++k) {
+    int64_t kzyx[3];
+    kernel_index(k, g.kernel, kzyx);
+    for (int a = 0; a < 3; ++a) {
+      shift[3 * k + a] = subm ? (kzyx[a] - g.kernel[a] / 2) * g.dilation[a] : kzyx[a] * g.dilation[a] - g.padding[a];
+    }
+  }
+  int64_t scale[3];
+  for (int a = 0; a < 3; ++a) scale[a] = subm ? 1 : g.stride[a];
   at::parallel_for(0, num_out, kGrain, [&](int64_t begin, int64_t end) {
     int64_t o[4];
+    std::vector<int64_t> keys(kv);
     for (int64_t r = begin; r < end; ++r) {
       cell(r, o);
-      int64_t* row = nbr + r * kv;
+      const int64_t base[3] = {o[1] * scale[0], o[2] * scale[1], o[3] * scale[2]};
+      // Keys of all K cells first, prefetching their home slots, so that the table's cache misses overlap.
       for (int64_t k = 0; k < kv; ++k) {
-        const int64_t key = input_key(o, k, g, subm);
-        row[k] = key == kEmpty ? dump : table.find(key, dump);
+        const int64_t* s = shift.data() + 3 * k;
+        const int64_t z = base[0] + s[0], y = base[1] + s[1], x = base[2] + s[2];
+        const bool inside = static_cast<uint64_t>(z) < static_cast<uint64_t>(g.in_shape[0]) &&
+                            static_cast<uint64_t>(y) < static_cast<uint64_t>(g.in_shape[1]) &&
+                            static_cast<uint64_t>(x) < static_cast<uint64_t>(g.in_shape[2]);
+        keys[k] = inside ? table_key(o[0], z, y, x, g.in_shape) : kEmpty;
+        if (inside) __builtin_prefetch(table.slots + home_slot(keys[k], table.mask));
       }
+      int64_t* row = nbr + r * kv;
+      for (int64_t k = 0; k < kv; ++k) row[k] = keys[k] == kEmpty ? dump : table.find(keys[k], dump);
     }
   });
 }

@@ -36,7 +36,7 @@ __global__ void insert_kernel(const int64_t* coors, const int64_t* num_valid, Ge
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= *num_valid) return;
   const int64_t* r = coors + 4 * i;
-  const int64_t key = fsdlite::rulebook::encode(r[0], r[1], r[2], r[3], g.in_shape);
+  const int64_t key = fsdlite::rulebook::table_key(r[0], r[1], r[2], r[3], g.in_shape);
   int64_t h = fsdlite::rulebook::home_slot(key, mask);
   while (true) {
     const unsigned long long prev = atomicCAS(key_word(slots, h), static_cast<unsigned long long>(kEmpty),

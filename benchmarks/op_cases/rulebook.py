@@ -1,0 +1,88 @@
+"""rulebook ops (C++) vs the pure-torch reference and spconv's own indice-pair generation (Native, CPU).
+
+Voxels: the 125,562-voxel Waymo-range frame of ../shared/data/spconv_waymo (grid 80 x 1600 x 1600; spconv's
+benchmark), or the ``V`` voxels of it nearest to the sensor in bird's-eye view; a synthetic voxel set of the
+same grid when the data folder is absent. Peak memory per variant in a fresh subprocess.
+"""
+import os
+import pickle
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHAPE = (80, 1600, 1600)
+
+
+def _shared_data():
+    env = os.environ.get('FSDLITE_SHARED_DATA')
+    return Path(env) if env else REPO_ROOT.parent / 'shared' / 'data'
+
+
+def voxel_set(num_voxels=None, seed=0):
+    """((V, 4) int64 [b, z, y, x], spatial shape): real Waymo voxels (the V nearest to the sensor in BEV).
+
+    Falls back to a synthetic set (ground plane + random boxes) when the shared data is absent.
+    """
+    path = _shared_data() / 'spconv_waymo' / 'test_spconv.pkl'
+    if path.is_file():
+        with open(path, 'rb') as f:
+            _, coors, shape = pickle.load(f)
+        coors = torch.from_numpy(coors).long()
+    else:
+        g = torch.Generator().manual_seed(seed)
+        yx = torch.randint(0, 1600, (400_000, 2), generator=g)
+        z = (10 + torch.randn(400_000, generator=g).abs() * 8).long().clamp(max=79)
+        coors = torch.unique(torch.cat([torch.zeros(400_000, 1, dtype=torch.long), z[:, None], yx], 1), dim=0)
+        shape = SHAPE
+    if num_voxels is not None and num_voxels < coors.shape[0]:
+        centre = torch.tensor([800.0, 800.0])
+        dist = (coors[:, 2:].float() - centre).norm(dim=1)
+        coors = coors[torch.sort(torch.argsort(dist)[:num_voxels]).values]
+    return coors, tuple(int(s) for s in shape)
+
+
+def work(variant, op, num_voxels):
+    """Zero-arg callable of ``op`` ('subm', 'conv', 'inverse') with ``variant`` ('fsdlite', 'reference', 'spconv')."""
+    from fsdlite.ops import rulebook_conv, rulebook_inverse, rulebook_subm
+    from fsdlite.ops.rulebook import reference as ref
+    coors, shape = voxel_set(num_voxels)
+    n = coors.shape[0]
+    geometry = dict(kernel_size=[3] * 3, stride=[2] * 3, padding=[1] * 3, dilation=[1] * 3)
+    if variant == 'spconv':
+        from fsdlite.utils import compat
+        compat.import_spconv()
+        from spconv.core import ConvAlgo
+        from spconv.pytorch import ops
+        subm = op == 'subm'
+        s, p = ([1] * 3, [1] * 3) if subm else (geometry['stride'], geometry['padding'])
+        c32 = coors.int().contiguous()
+        return lambda: ops.get_indice_pairs(c32, 1, list(shape), ConvAlgo.Native, [3] * 3, s, p, [1] * 3, [0] * 3,
+                                            subm, False)
+    if op == 'subm':
+        if variant == 'fsdlite':
+            return lambda: rulebook_subm(coors, n, shape, 3)
+        return lambda: ref.rulebook_subm_reference(coors, n, shape, [3] * 3, [1] * 3)
+    if op == 'conv':
+        if variant == 'fsdlite':
+            return lambda: rulebook_conv(coors, n, shape, max_out=n, **geometry)
+        return lambda: ref.rulebook_conv_reference(coors, n, shape, *geometry.values(), n)
+    nbr = rulebook_conv(coors, n, shape, max_out=n, **geometry).nbr
+    if variant == 'fsdlite':
+        return lambda: rulebook_inverse(nbr, n)
+    return lambda: ref.rulebook_inverse_reference(nbr, n)
+
+
+def cases(quick):
+    num_voxels = 5_000 if quick else None
+    size = f'V={num_voxels or 125_562}'
+    out = []
+    for op, variants in (('subm', ('reference', 'spconv', 'fsdlite')), ('conv', ('reference', 'spconv', 'fsdlite')),
+                         ('inverse', ('reference', 'fsdlite'))):
+        kwargs = dict(op=op, num_voxels=num_voxels)
+        out.append(dict(
+            op=f'rulebook_{op}', size=size + (' k3' if op == 'subm' else ' k3 s2 p1'),
+            variants={label: work(label, **kwargs) for label in variants}, baseline='reference',
+            memory=dict(script=str(Path(__file__).resolve()), function='work', kwargs=kwargs,
+                        variants=list(variants)) if op != 'inverse' else None))
+    return out
