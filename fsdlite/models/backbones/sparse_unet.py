@@ -114,5 +114,88 @@ class SparseUNet(nn.Module):
             x = upsample(merged.replace_feature(merged.features + shortcut))
         return x.features
 
+    # ----------------------------------------------------------------------------- fixed-shape (static) path
+    def _blocks(self):
+        """``(block, level)`` of every conv block in execution order (the order of the neighbour maps)."""
+        yield self.conv_input, 0
+        for s, stage in enumerate(self.encoder):
+            for block in stage:
+                yield block, s
+        num_stages = len(self.encoder)
+        for j, (lateral, merge, upsample) in enumerate(zip(self.lateral, self.merge, self.upsample)):
+            s = num_stages - 1 - j
+            yield lateral, s
+            yield merge, s
+            yield upsample, s
+
+    def build_rulebooks(self, voxel_coors, num_voxels, max_voxels, ops=None, bound_name='max_voxels'):
+        """Neighbour maps of every conv for padded input voxels (spconv's rulebooks as padded index tensors).
+
+        Args:
+            voxel_coors (Tensor): (V0, 4) int64 ``[b, z, y, x]``, rows ``< num_voxels`` unique (padding: 0).
+            num_voxels (int | Tensor): valid input voxels.
+            max_voxels (Sequence[int]): voxel bound of every level (entry 0 = V0; entry s bounds the
+                output of the stride-2 conv of encoder stage s).
+            ops: rulebook implementation (default ``fsdlite.ops``, eager; see
+                :func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`).
+            bound_name (str): name of the level bounds in overflow errors (``'max_voxels[s]'``).
+        Returns:
+            tuple: list of (V_level, K) int64 neighbour maps in execution order (the input of
+            :meth:`forward_rulebook`), list of () int64 voxel counts per level, and list of () int64 voxels
+            dropped per level (non-zero only while exporting).
+        Raises:
+            BoundExceededError: (eager) a level needs more voxels than ``max_voxels[s]``.
+        """
+        from ..layers.rulebook_conv import build_rulebook, conv_geometry
+        if len(max_voxels) != len(self.encoder):
+            raise ValueError(f'max_voxels needs one bound per UNet level ({len(self.encoder)}), got {list(max_voxels)}')
+        num = num_voxels if isinstance(num_voxels, torch.Tensor) else torch.tensor(int(num_voxels))
+        levels = [(voxel_coors, num.to(voxel_coors.device).reshape(()), tuple(self.sparse_shape))]
+        cache, nbrs, dropped = {}, [], [torch.zeros((), dtype=torch.long, device=voxel_coors.device)]
+        for block, s in self._blocks():
+            conv = block[0]
+            kind = conv_geometry(conv).kind
+            level = s - 1 if kind == 'conv' else s
+            rb = build_rulebook(conv, *levels[level], cache=cache, max_out=max_voxels[s], ops=ops,
+                                bound_name=f'{bound_name}[{s}]')
+            if kind == 'conv':
+                levels.append((rb.out_coors, rb.num_valid_out, rb.out_spatial_shape))
+                dropped.append(rb.num_dropped)
+            nbrs.append(rb.nbr)
+        return nbrs, [lv[1] for lv in levels], dropped
+
+    def forward_rulebook(self, voxel_feats, nbrs):
+        """Fixed-shape forward: every conv as a gather-GEMM over its neighbour map, spconv's weights unchanged.
+
+        Args:
+            voxel_feats (Tensor): (V0, in_channels) padded voxel features.
+            nbrs (Sequence[Tensor]): the maps of :meth:`build_rulebooks`.
+        Returns:
+            Tensor: (V0, out_channels), row-aligned with the input (padding rows hold unspecified values).
+        """
+        from ..layers.rulebook_conv import rulebook_conv_forward
+        expected = sum(1 for _ in self._blocks())
+        if len(nbrs) != expected:
+            raise ValueError(f'forward_rulebook: expected {expected} neighbour maps (one per conv), got {len(nbrs)}')
+        maps = iter(nbrs)
+
+        def run(block, x):
+            for k, module in enumerate(block):
+                x = rulebook_conv_forward(module, x, next(maps)) if k == 0 else module(x)
+            return x
+
+        x = run(self.conv_input, voxel_feats)
+        skips = []
+        for stage in self.encoder:
+            for block in stage:
+                x = run(block, x)
+            skips.append(x)
+        for lateral, merge, upsample, skip in zip(self.lateral, self.merge, self.upsample, reversed(skips)):
+            lat = run(lateral, skip)
+            cat = torch.cat([x, lat], 1)
+            merged = run(merge, cat)
+            x = run(upsample, merged + _sum_channel_groups(cat, merged.shape[1]))
+        return x
+
 
 __all__ = ['SparseUNet']

@@ -16,6 +16,8 @@ from ...structures import Det3DDataSample, InstanceData
 from ..fsd.gt import collect_gt
 from ..layers.builder import build_module
 from ..segmentors.sparse_segmentor import SparseSegmentor
+from .stages import stage
+from .static import StaticDetectorMixin
 
 
 class Instances(NamedTuple):
@@ -45,7 +47,7 @@ def build_task_util(name, cfg, **values):
     return TASK_UTILS.build(cfg)
 
 
-class SparseDetectorBase(SparseSegmentor):
+class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
     """Segmentor + vote head + foreground sampler + instance stage (subclass) + box head.
 
     Args:
@@ -56,6 +58,9 @@ class SparseDetectorBase(SparseSegmentor):
         bbox_head (dict): a ``ClusterHead`` config; ``in_channels`` and ``num_classes`` come from the model.
         data_preprocessor (dict): e.g. ``LidarDataPreprocessor``.
         voxel_size, point_range: the segmentor's voxel grid, shared by every part (see SparseSegmentor).
+        static (bool): run inference ('predict', 'tensor') on fixed shapes (:mod:`.static`); training always
+            runs the dynamic path with the same weights.  Subclasses call ``_init_static`` last.
+        bounds (dict): the fixed-shape bounds (:meth:`bound_spec`), required when ``static``.
 
     ``forward`` modes (SparseSegmentor's dispatch): 'loss' -> dict of losses and logged counts;
     'predict' -> data samples with ``pred_instances_3d`` (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,),
@@ -90,21 +95,39 @@ class SparseDetectorBase(SparseSegmentor):
         """Build :class:`Instances` from the foreground points (implemented by subclasses)."""
         raise NotImplementedError
 
-    def _forward_instances(self, inputs, training):
-        """Run everything up to the box head; returns (seg_outputs, Instances, cls_logits, box_codes)."""
+    def extract_feat(self, inputs):
+        """(P, C_neck) point features of the kept points (requires V >= 1); stages timed by :mod:`.stages`."""
+        with stage('vfe'):
+            voxel_feats, _ = self.voxel_encoder(inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
+        with stage('backbone'):
+            voxel_feats = self.backbone(voxel_feats, inputs['voxel_coors'], inputs['batch_size'])
+        with stage('neck_head'):
+            return self.neck(voxel_feats, inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
+
+    def _forward_instances(self, inputs, training, return_fg=False):
+        """Run everything up to the box head; returns (seg_outputs, Instances, cls_logits, box_codes) (+ the
+        foreground points with ``return_fg``)."""
         point_feats = self.extract_feat(inputs)
-        seg_outputs = self.seg_head(point_feats)
+        with stage('neck_head'):
+            seg_outputs = self.seg_head(point_feats)
         mode = self.runtime_info['fg_mode'] if training else 'threshold'
         offset = self.runtime_info['threshold_offset'] if training else 0.0
-        fg = self.fg_sampler(seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'], inputs['points'][:, :3],
-                             inputs['batch'], inputs['batch_size'], mode=mode, threshold_offset=offset)
+        with stage('fg_sampling'):
+            fg = self.fg_sampler(seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'],
+                                 inputs['points'][:, :3], inputs['batch'], inputs['batch_size'], mode=mode,
+                                 threshold_offset=offset)
         inst = self.instances(inputs, point_feats, seg_outputs, fg)
         inst.stats.update(num_fg_points=fg.point_index.numel(), num_fg_over_budget=int(fg.num_over_budget),
                           num_instances=inst.feats.shape[0])
-        cls_logits, box_codes = self.bbox_head(inst.feats)
+        with stage('box_head'):
+            cls_logits, box_codes = self.bbox_head(inst.feats)
+        if return_fg:
+            return seg_outputs, inst, cls_logits, box_codes, fg
         return seg_outputs, inst, cls_logits, box_codes
 
     def _head_outputs(self, inputs):
+        if self.static:
+            return self.run_static(inputs)[1]
         if inputs['voxel_coors'].shape[0] == 0:
             return None
         seg_outputs, inst, cls_logits, box_codes = self._forward_instances(inputs, self.training)
@@ -129,16 +152,23 @@ class SparseDetectorBase(SparseSegmentor):
 
     def predict(self, inputs, data_samples=None):
         """Boxes per sample in ``pred_instances_3d`` (empty when a sample has no voxel or detection)."""
-        batch_size = inputs['batch_size']
-        if data_samples is None:
-            data_samples = [Det3DDataSample() for _ in range(batch_size)]
+        if self.static:
+            return self.predict_static(inputs, data_samples)
         device = inputs['points'].device
         boxes, scores = torch.zeros(0, 7, device=device), torch.zeros(0, device=device)
         labels = batch = torch.zeros(0, dtype=torch.int64, device=device)
         if inputs['voxel_coors'].shape[0]:
             _, inst, cls_logits, box_codes = self._forward_instances(inputs, False)
-            boxes, scores, labels, batch = self.bbox_head.predict(cls_logits, box_codes, inst.xyz, inst.batch,
-                                                                  inst.labels)
+            with stage('nms'):
+                boxes, scores, labels, batch = self.bbox_head.predict(cls_logits, box_codes, inst.xyz, inst.batch,
+                                                                      inst.labels)
+        return self.to_samples(boxes, scores, labels, batch, inputs['batch_size'], data_samples)
+
+    @staticmethod
+    def to_samples(boxes, scores, labels, batch, batch_size, data_samples=None):
+        """Split flat detections by sample into ``pred_instances_3d`` of the data samples (created when None)."""
+        if data_samples is None:
+            data_samples = [Det3DDataSample() for _ in range(batch_size)]
         order = torch.argsort(batch, stable=True)
         sizes = torch.bincount(batch, minlength=batch_size).tolist()
         for sample, b, s, lab in zip(data_samples, boxes[order].split(sizes), scores[order].split(sizes),

@@ -8,8 +8,12 @@ import torch
 
 from ...registry import MODELS
 from ..fsd.indexing import mask_to_index
+from ..fsd.static_grouping import group_padded
 from ..layers.builder import build_module
+from ..layers.static_ops import gather_rows, static_segment_reduce
 from .base import Instances, SparseDetectorBase, build_task_util
+from .stages import stage
+from .static import PaddedInstances
 
 
 @MODELS.register_module()
@@ -21,12 +25,16 @@ class FSDLite(SparseDetectorBase):
             come from the model).
         sir (dict): a ``SIR`` config; ``in_channels`` defaults to the SIR input width
             (neck channels + point features beyond xyz + 3 for the vote offset).
+        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.detectors.static`); besides the common
+            bounds FSD-lite needs ``max_clusters`` and ``max_cc_iters`` (iterations of the label propagation
+            that replaces connected components).
         **kwargs: see :class:`~fsdlite.models.detectors.base.SparseDetectorBase`.
     SIR input per foreground point: ``[neck feature, raw point features (C - 3), voted centre - point]``.
     """
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, cluster_assigner, sir, bbox_head,
-                 data_preprocessor=None, voxel_size=None, point_range=None, init_cfg=None):
+                 data_preprocessor=None, voxel_size=None, point_range=None, static=False, bounds=None,
+                 init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
                          data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
                          init_cfg=init_cfg)
@@ -35,18 +43,44 @@ class FSDLite(SparseDetectorBase):
         sir_in = self.neck.out_channels + self.voxel_encoder.in_channels - 3 + 3
         self.sir = build_module(sir, in_channels=sir_in)
         self.build_bbox_head(self.sir.out_channels)
+        self._init_static(static, bounds)
+
+    def instance_bound_spec(self):
+        return dict(max_clusters=None, max_cc_iters=None)
+
+    def instance_bound_names(self):
+        return ['max_clusters', 'max_cc_iters']
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""
         from fsdlite.ops import segment_reduce
 
-        clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
-        keep = mask_to_index(clusters.point_cluster >= 0)
-        point, cluster, centre = fg.point_index[keep], clusters.point_cluster[keep], fg.centre[keep]
-        num = clusters.num_clusters
-        cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
-        xyz = inputs['points'][point, :3]
-        feats = torch.cat([point_feats[point], inputs['points'][point, 3:], centre - xyz], dim=1)
-        cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
+        with stage('grouping'):
+            clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
+        with stage('sir'):
+            keep = mask_to_index(clusters.point_cluster >= 0)
+            point, cluster, centre = fg.point_index[keep], clusters.point_cluster[keep], fg.centre[keep]
+            num = clusters.num_clusters
+            cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
+            xyz = inputs['points'][point, :3]
+            feats = torch.cat([point_feats[point], inputs['points'][point, 3:], centre - xyz], dim=1)
+            cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
         stats = dict(num_grouping_dropped=int(clusters.num_dropped))
         return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)
+
+    def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
+        """Fixed-shape :meth:`instances`: padded grouping (``max_clusters`` clusters) and SIR with dump slots."""
+        k = self.bounds['max_clusters']
+        with stage('grouping'):
+            clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
+                                       batch_size, k, self.bounds['max_cc_iters'], strict=strict)
+        with stage('sir'):
+            cluster = clusters.point_cluster
+            cluster_xyz = static_segment_reduce(fg.centre, cluster, k, 'mean')
+            xyz = gather_rows(points[:, :3], fg.point_index)
+            feats = torch.cat([gather_rows(point_feats, fg.point_index), gather_rows(points[:, 3:], fg.point_index),
+                               fg.centre - xyz], dim=1)
+            cluster_feats, _ = self.sir(feats, xyz, cluster, k, cluster_xyz, padded=True)
+        valid = torch.arange(k, device=points.device) < clusters.num_clusters
+        return PaddedInstances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, valid,
+                               clusters.num_clusters, clusters.dropped)

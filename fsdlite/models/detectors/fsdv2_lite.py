@@ -10,9 +10,24 @@ import torch
 from fsdlite import ops
 
 from ...registry import MODELS
-from ..fsd.indexing import mask_to_index
+from ..fsd.graph_rulebook import GraphRulebookOps
+from ..fsd.indexing import mask_to_index, mask_to_padded_index
 from ..layers.builder import build_module
+from ..layers.static_ops import gather_rows, static_segment_reduce, static_voxelize
 from .base import Instances, SparseDetectorBase
+from .stages import stage
+from .static import PaddedInstances
+
+
+def valid_first(num_a, num_b, size_a, size_b):
+    """(size_a + size_b,) gather order of ``[a; b]`` (two padded blocks) putting the valid rows first.
+
+    Valid rows of ``a`` (``< num_a``), then valid rows of ``b`` (``< num_b``), then the padding of ``a``, then that
+    of ``b``: the order of the dynamic concatenation followed by all padding.
+    """
+    q = torch.arange(size_a + size_b, device=num_a.device)
+    return torch.where(q < num_a, q, torch.where(q < num_a + num_b, q - num_a + size_a,
+                                                 torch.where(q < size_a + num_b, q - num_b, q)))
 
 
 @MODELS.register_module()
@@ -25,11 +40,16 @@ class FSDv2Lite(SparseDetectorBase):
         virtual_vfe (dict): ``DynamicVFE`` config over the virtual voxel grid: its ``voxel_size`` (required)
             and ``point_range`` (default: the model's) define the virtual voxels; ``in_channels`` filled in.
         mixer (dict): ``VirtualVoxelMixer`` config (``in_channels`` and the virtual grid filled in).
+        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.detectors.static`); besides the common bounds
+            FSDv2-lite needs ``max_virtual_voxels`` (one per mixer level; level 0 = voxels of the virtual grid,
+            real and virtual points together). The mixer's rulebooks are built inside the graph
+            (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`).
         **kwargs: see :class:`~fsdlite.models.detectors.base.SparseDetectorBase`.
     """
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, virtual_encoder, virtual_vfe, mixer,
-                 bbox_head, data_preprocessor=None, voxel_size=None, point_range=None, init_cfg=None):
+                 bbox_head, data_preprocessor=None, voxel_size=None, point_range=None, static=False, bounds=None,
+                 init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
                          data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
                          init_cfg=init_cfg)
@@ -44,26 +64,70 @@ class FSDv2Lite(SparseDetectorBase):
         grid = dict(voxel_size=self.virtual_vfe.voxel_size, point_range=self.virtual_vfe.point_range)
         self.mixer = build_module(mixer, in_channels=self.virtual_vfe.out_channels, **grid)
         self.build_bbox_head(self.mixer.out_channels)
+        self._init_static(static, bounds)
+
+    def instance_bound_spec(self):
+        return dict(max_virtual_voxels=len(self.mixer.encoder))
+
+    def instance_bound_names(self):
+        return [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points."""
-        cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], inputs['points'], inputs['batch'], fg)
-        vox = ops.voxelize(cloud.xyz.detach(), self.virtual_vfe.voxel_size, self.virtual_vfe.point_range,
-                       batch=cloud.batch)
-        inside = vox.point2voxel >= 0  # points outside a smaller virtual grid are left out (counted)
-        included = mask_to_index(inside)
-        point2voxel = vox.point2voxel[included]
-        xyz = cloud.xyz[included]
-        num_voxels = vox.voxel_coors.shape[0]
-        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, cloud.feats[included]], dim=1), point2voxel, vox.voxel_coors)
-        mixed = self.mixer(voxel_feats, vox.voxel_coors, inputs['batch_size'])
-        virtual = cloud.is_virtual[included].to(xyz.dtype)
-        count = ops.segment_reduce(virtual, point2voxel, num_voxels, 'sum')
-        centre_sum = ops.segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
-        keep = mask_to_index(count > 0)
-        ref = centre_sum[keep] / count[keep, None]
+        with stage('virtual_voxels'):
+            cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], inputs['points'], inputs['batch'],
+                                         fg)
+            vox = ops.voxelize(cloud.xyz.detach(), self.virtual_vfe.voxel_size, self.virtual_vfe.point_range,
+                               batch=cloud.batch)
+            inside = vox.point2voxel >= 0  # points outside a smaller virtual grid are left out (counted)
+            included = mask_to_index(inside)
+            point2voxel = vox.point2voxel[included]
+            xyz = cloud.xyz[included]
+            num_voxels = vox.voxel_coors.shape[0]
+            voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, cloud.feats[included]], dim=1), point2voxel,
+                                              vox.voxel_coors)
+        with stage('mixer'):
+            mixed = self.mixer(voxel_feats, vox.voxel_coors, inputs['batch_size'])
+        with stage('virtual_voxels'):
+            virtual = cloud.is_virtual[included].to(xyz.dtype)
+            count = ops.segment_reduce(virtual, point2voxel, num_voxels, 'sum')
+            centre_sum = ops.segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
+            keep = mask_to_index(count > 0)
+            ref = centre_sum[keep] / count[keep, None]
         outside_virtual = int((~inside & cloud.is_virtual).sum())
         stats = dict(num_virtual_points=fg.point_index.numel(), num_virtual_outside_grid=outside_virtual,
-                     num_real_outside_grid=int(cloud.xyz.shape[0] - included.numel()) - outside_virtual)
+                     num_real_outside_grid=int(cloud.xyz.shape[0] - included.numel()) - outside_virtual,
+                     num_virtual_grid_voxels=num_voxels)
         return Instances(mixed[keep], ref.detach(), vox.voxel_coors[keep, 0], None, stats)
 
+    def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
+        """Fixed-shape :meth:`instances`: ``static_voxelize`` of real + virtual points, in-graph mixer rulebooks."""
+        bounds = self.bounds['max_virtual_voxels']
+        n, p = points.shape[0], fg.point_index.shape[0]
+        with stage('virtual_voxels'):
+            num_points = torch.as_tensor(num_points, device=points.device).reshape(())
+            cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], points, batch, fg, padded=True)
+            order = valid_first(num_points, fg.num_valid, n, p)
+            xyz, feats = cloud.xyz.index_select(0, order), cloud.feats.index_select(0, order)
+            vox = static_voxelize(xyz.detach(), num_points + fg.num_valid, self.virtual_vfe.voxel_size,
+                                  self.virtual_vfe.point_range, bounds[0], batch=cloud.batch.index_select(0, order),
+                                  batch_size=batch_size, dense_keys=True, strict=strict,
+                                  bound_name='max_virtual_voxels[0]')
+            voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), vox.point2voxel, vox.voxel_coors,
+                                              padded=True)
+        with stage('mixer_rulebooks'):
+            nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
+                                                          ops=GraphRulebookOps(batch_size),
+                                                          bound_name='max_virtual_voxels')
+        with stage('mixer'):
+            mixed = self.mixer.forward_rulebook(voxel_feats, nbrs)
+        with stage('virtual_voxels'):
+            virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
+            count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')
+            centre_sum = static_segment_reduce(xyz * virtual[:, None], vox.point2voxel, bounds[0], 'sum')
+            rows, num, _ = mask_to_padded_index(count > 0, bounds[0])
+            ref = gather_rows(centre_sum, rows) / gather_rows(count, rows).clamp(min=1)[:, None]
+            inst_batch = gather_rows(vox.voxel_coors[:, 0], rows)
+        valid = torch.arange(bounds[0], device=points.device) < num
+        dropped = torch.stack([vox.num_dropped] + [d.to(vox.num_dropped) for d in dropped[1:]])
+        return PaddedInstances(gather_rows(mixed, rows), ref.detach(), inst_batch, None, valid, num, dropped)

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import nn
 
+from fsdlite.structures.bounds import check_bound
+
 from ...registry import MODELS, TASK_UTILS
 from .gt import assign_to_boxes
 from .indexing import mask_to_index
@@ -115,26 +117,62 @@ class ClusterHead(BaseModule):
         loss_bbox = self.loss_bbox(codes, targets, box_weight, avg_factor=avg)
         return dict(loss_cls=loss_cls, loss_bbox=loss_bbox, num_pos=num_pos.detach().float())
 
+    def decode(self, cls_logits, box_codes, ref_xyz, ref_class=None):
+        """Score, class and box of every instance (no threshold; fixed shapes).
+
+        Returns:
+            tuple: ``boxes`` (K, 7), ``scores`` (K,), ``labels`` (K,) int64 (``ref_class`` when class_given, else
+            the best class, ties to the lower class).
+        """
+        self._check_class(ref_class)
+        probs = cls_logits.sigmoid()
+        if self.class_given:
+            labels = ref_class
+            scores = probs.gather(1, labels[:, None])[:, 0]
+        else:
+            scores, labels = probs.max(dim=1)
+        codes = box_codes.gather(1, labels[:, None, None].expand(-1, 1, box_codes.shape[2]))[:, 0]
+        return self.coder.decode(codes, ref_xyz), scores, labels
+
+    def nms(self, boxes, scores, labels, batch):
+        """Indices kept by rotated BEV NMS per sample and class (``test_cfg``'s IoU, pre_max, post_max)."""
+        from fsdlite.ops import batched_nms_bev
+        if not boxes.shape[0]:
+            return torch.zeros(0, dtype=torch.long, device=boxes.device)
+        return batched_nms_bev(boxes, scores, labels, self.test_cfg['nms_iou_thr'], pre_max=self.test_cfg['pre_max'],
+                               post_max=self.test_cfg['post_max'], batch=batch)
+
     def predict(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class=None):
         """Decode, threshold and NMS.
 
         Returns:
             tuple: ``boxes`` (D, 7), ``scores`` (D,), ``labels`` (D,), ``batch`` (D,) of the kept boxes.
         """
-        from fsdlite.ops import batched_nms_bev
-
-        self._check_class(ref_class)
-        probs = cls_logits.sigmoid()
-        rows = torch.arange(probs.shape[0], device=probs.device)
-        if self.class_given:
-            labels, scores = ref_class, probs[rows, ref_class]
-        else:
-            scores, labels = probs.max(dim=1)
-        boxes = self.coder.decode(box_codes[rows, labels], ref_xyz)
+        boxes, scores, labels = self.decode(cls_logits, box_codes, ref_xyz, ref_class)
         keep = mask_to_index(scores > self.test_cfg['score_thr'])
         boxes, scores, labels, batch = boxes[keep], scores[keep], labels[keep], ref_batch[keep]
-        if keep.numel():
-            keep = batched_nms_bev(boxes, scores, labels, self.test_cfg['nms_iou_thr'], pre_max=self.test_cfg['pre_max'],
-                                   post_max=self.test_cfg['post_max'], batch=batch)
-            boxes, scores, labels, batch = boxes[keep], scores[keep], labels[keep], batch[keep]
-        return boxes, scores, labels, batch
+        keep = self.nms(boxes, scores, labels, batch)
+        return boxes[keep], scores[keep], labels[keep], batch[keep]
+
+    def select_padded(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class, valid, max_boxes, strict=None):
+        """Fixed-shape twin of :meth:`predict` before NMS: the boxes above ``score_thr``, best first.
+
+        Args:
+            cls_logits, box_codes, ref_xyz, ref_batch, ref_class: per instance slot (K rows; ``ref_class`` may be
+                None when not class_given).
+            valid (Tensor): (K,) bool real instances.
+            max_boxes (int): M, the bound on boxes before NMS (name ``'max_boxes'``).
+            strict (bool, optional): raise on overflow (default: eager mode; exporting keeps the M best).
+        Returns:
+            dict: ``boxes`` (M, 7), ``scores`` (M,), ``labels`` (M,), ``batch`` (M,), ``num_boxes`` () int64 and
+            ``dropped`` () int64 (candidates beyond M); rows ``>= num_boxes`` are zeros.
+        """
+        from ..layers.static_ops import gather_rows, masked_topk
+        ref_class = ref_class.clamp(0, self.num_classes - 1) if ref_class is not None else None
+        boxes, scores, labels = self.decode(cls_logits, box_codes, ref_xyz, ref_class)
+        cand = valid & (scores > self.test_cfg['score_thr'])
+        dropped = check_bound(cand.long().sum(), max_boxes, 'max_boxes', strict=strict)
+        top = masked_topk(scores, max_boxes, valid=cand)
+        return dict(boxes=gather_rows(boxes, top.indices), scores=gather_rows(scores, top.indices),
+                    labels=gather_rows(labels, top.indices), batch=gather_rows(ref_batch, top.indices),
+                    num_boxes=top.num_selected, dropped=dropped)

@@ -10,9 +10,11 @@ from typing import NamedTuple
 
 import torch
 
+from fsdlite.structures.bounds import check_bound
+
 from ...registry import TASK_UTILS
 from .coders import decode_vote
-from .indexing import mask_to_index, segment_rank
+from .indexing import mask_to_index, mask_to_padded_index, segment_rank
 
 
 class ForegroundPoints(NamedTuple):
@@ -26,6 +28,21 @@ class ForegroundPoints(NamedTuple):
     centre: torch.Tensor
     score: torch.Tensor
     num_over_budget: torch.Tensor
+
+
+class PaddedForeground(NamedTuple):
+    """Fixed-shape :class:`ForegroundPoints` (P slots, the first ``num_valid`` used, point-major order):
+    ``point_index`` (P,) (N = dump), ``class_id``, ``batch`` (P,) (0 in padding), ``centre`` (P, 3), ``score`` (P,),
+    ``num_valid`` (), ``num_over_budget`` () and ``dropped`` (C,) selections beyond the per-class bounds."""
+
+    point_index: torch.Tensor
+    class_id: torch.Tensor
+    batch: torch.Tensor
+    centre: torch.Tensor
+    score: torch.Tensor
+    num_valid: torch.Tensor
+    num_over_budget: torch.Tensor
+    dropped: torch.Tensor
 
 
 def _per_class(name, values, num_classes, cast):
@@ -96,10 +113,60 @@ class ForegroundSampler:
             keep = keep & above
         sel = mask_to_index(keep)
         point_index, class_id = sel // c, sel % c
-        offsets = decode_vote(vote_codes[point_index, class_id].detach())  # votes learn from the vote loss only
-        low = torch.tensor(self.point_range[:3], dtype=xyz.dtype, device=device)
-        high = torch.tensor(self.point_range[3:], dtype=xyz.dtype, device=device)
-        # keep centres strictly inside the range so every voxelization of them includes them
-        centre = torch.maximum(torch.minimum(xyz[point_index] + offsets, high - 1e-3), low)
+        centre = self.voted_centre(xyz[point_index], vote_codes[point_index, class_id])
         return ForegroundPoints(point_index, class_id, batch[point_index], centre,
                                 scores[point_index, class_id], num_over_budget)
+
+    def voted_centre(self, xyz, codes):
+        """Voted centres (P, 3) of points ``xyz`` (P, 3) with vote codes (P, 3), clamped into the point range."""
+        offsets = decode_vote(codes.detach())  # votes learn from the vote loss only
+        low = torch.tensor(self.point_range[:3], dtype=xyz.dtype, device=xyz.device)
+        high = torch.tensor(self.point_range[3:], dtype=xyz.dtype, device=xyz.device)
+        # keep centres strictly inside the range so every voxelization of them includes them
+        return torch.maximum(torch.minimum(xyz + offsets, high - 1e-3), low)
+
+    def select_padded(self, scores, vote_codes, xyz, batch, valid, batch_size, bounds, names=None, strict=None):
+        """Fixed-shape twin of ``__call__`` in threshold mode (inference).
+
+        Per class ``c`` and sample, the best ``min(max_per_class[c], bounds[c])`` points above the threshold
+        are kept (``masked_topk`` over a (B, N) layout: no loop over samples); the selected (point, class)
+        pairs are listed point-major, as in the dynamic mode.
+
+        Args:
+            scores, vote_codes, xyz, batch: as ``__call__``, padded to N rows.
+            valid (Tensor): (N,) bool real points.
+            batch_size (int): B.
+            bounds (Sequence[int]): per class, the bound on selected points per sample (``max_fg_points``).
+            names (Sequence[str], optional): bound names for overflow errors (default ``max_fg_points[c]``).
+            strict (bool, optional): raise on overflow (default: eager mode; exporting keeps the best).
+        Returns:
+            PaddedForeground
+        """
+        from ..layers.static_ops import gather_rows, masked_topk
+        n, c = scores.shape
+        if len(bounds) != c:
+            raise ValueError(f'ForegroundSampler.select_padded: bounds needs one value per class ({c}), got {bounds}')
+        names = names or [f'max_fg_points[{k}]' for k in range(c)]
+        detached = scores.detach()
+        thr = torch.tensor(self.score_thresholds, dtype=detached.dtype, device=scores.device)
+        above = (detached > thr) & valid[:, None]
+        in_sample = batch[None, :] == torch.arange(batch_size, device=batch.device)[:, None]     # (B, N)
+        keep = torch.zeros(n * c + 1, dtype=torch.long, device=scores.device)
+        over_budget, dropped, budgets = torch.zeros((), dtype=torch.long, device=scores.device), [], []
+        for k in range(c):  # classes (a constant of the model), never samples
+            cand = in_sample & above[:, k]
+            count = cand.long().sum(1)                                                      # (B,)
+            over_budget = over_budget + (count - self.max_per_class[k]).clamp(min=0).sum()
+            needed = count.clamp(max=self.max_per_class[k]).max()
+            dropped.append(check_bound(needed, bounds[k], names[k], strict=strict))
+            budgets.append(min(self.max_per_class[k], int(bounds[k])))
+            top = masked_topk(detached[:, k].expand(batch_size, n), budgets[-1], valid=cand).indices
+            flat = torch.where(top < n, top * c + k, torch.full_like(top, n * c))
+            keep = keep.scatter(0, flat.reshape(-1), torch.ones_like(flat.reshape(-1)))
+        sel, num, _ = mask_to_padded_index(keep[:n * c] > 0, batch_size * sum(budgets))
+        point_index = torch.where(sel < n * c, sel // c, torch.full_like(sel, n))
+        class_id = sel % c
+        codes = gather_rows(vote_codes.reshape(n * c, 3), sel)
+        centre = self.voted_centre(gather_rows(xyz, point_index), codes)
+        return PaddedForeground(point_index, class_id, gather_rows(batch, point_index), centre,
+                                gather_rows(scores.reshape(n * c), sel), num, over_budget, torch.stack(dropped))

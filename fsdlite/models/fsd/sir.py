@@ -46,22 +46,33 @@ class SIRBlock(nn.Module):
         self.out_channels = width
         self.cluster_channels = sum(channels)
 
-    def forward(self, x, rel, cluster, num_clusters):
-        """x (P, F), rel (P, 3), cluster (P,) in [0, K) -> point features (P, 2 C_last), cluster features (K, sum C)."""
-        from fsdlite.ops import segment_max
+    def forward(self, x, rel, cluster, num_clusters, padded=False):
+        """x (P, F), rel (P, 3), cluster (P,) in [0, K) -> point features (P, 2 C_last), cluster features (K, sum C).
 
+        ``padded``: ``cluster == K`` is the dump slot (padding rows) and the reduction is export-safe.
+        """
+        reduce_max, gather = _cluster_ops(padded)
         h = torch.cat([x, rel], dim=1)
         maxima = []
         for i, layer in enumerate(self.layers):
             h = layer(h)
             if i == 0:
                 h = h * self.gate(rel)
-            m = segment_max(h, cluster, num_clusters)[0]
+            m = reduce_max(h, cluster, num_clusters)
             maxima.append(m)
-            h = torch.cat([h, m[cluster]], dim=1)
+            h = torch.cat([h, gather(m, cluster)], dim=1)
         if h.shape[1] == x.shape[1]:
             h = h + x
         return h, torch.cat(maxima, dim=1)
+
+
+def _cluster_ops(padded):
+    """(segment max, row gather): fsdlite.ops, or the dump-slot static twins (fixed-shape mode)."""
+    if padded:
+        from ..layers.static_ops import gather_rows, static_segment_reduce
+        return (lambda h, cluster, k: static_segment_reduce(h, cluster, k, 'max')), gather_rows
+    from fsdlite.ops import segment_max
+    return (lambda h, cluster, k: segment_max(h, cluster, k)[0]), (lambda m, cluster: m[cluster])
 
 
 @MODELS.register_module()
@@ -75,6 +86,8 @@ class SIR(BaseModule):
         xyz_normalizer (sequence[float]): divides the offsets to the cluster centre.
     Shapes: ``forward(feats (P, F), xyz (P, 3), cluster (P,), num_clusters K, cluster_xyz (K, 3))``
     returns cluster features (K, ``out_channels``) and point features (P, ``point_channels``).
+    With ``padded=True`` (fixed-shape mode) ``cluster == K`` marks padding rows (dump slot); empty clusters get
+    zero features in both modes.
     """
 
     def __init__(self, in_channels, block_channels=((64, 64), (64, 64), (64, 64)), rel_channels=(16,),
@@ -95,15 +108,16 @@ class SIR(BaseModule):
         self.point_channels = width
         self.out_channels = sum(b.cluster_channels for b in self.blocks)
 
-    def forward(self, feats, xyz, cluster, num_clusters, cluster_xyz):
+    def forward(self, feats, xyz, cluster, num_clusters, cluster_xyz, padded=False):
         """See the class docstring."""
         if feats.shape[0] != xyz.shape[0] or cluster.shape != (feats.shape[0],) or cluster_xyz.shape != (num_clusters, 3):
             raise ValueError(f'SIR: expected feats (P, F), xyz (P, 3), cluster (P,), cluster_xyz (K={num_clusters}, 3), '
                              f'got {tuple(feats.shape)}, {tuple(xyz.shape)}, {tuple(cluster.shape)}, '
                              f'{tuple(cluster_xyz.shape)}')
-        rel = (xyz - cluster_xyz[cluster]) / self.xyz_normalizer.to(xyz.dtype)
+        gather = _cluster_ops(padded)[1]
+        rel = (xyz - gather(cluster_xyz, cluster)) / self.xyz_normalizer.to(xyz.dtype)
         x, cluster_feats = feats, []
         for block in self.blocks:
-            x, m = block(x, rel, cluster, num_clusters)
+            x, m = block(x, rel, cluster, num_clusters, padded)
             cluster_feats.append(m)
         return torch.cat(cluster_feats, dim=1), x

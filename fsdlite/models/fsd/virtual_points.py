@@ -51,17 +51,23 @@ class VirtualPointEncoder(BaseModule):
         self.offset_scale = float(offset_scale)
         self.out_channels = int(out_channels) + 1
 
-    def forward(self, point_feats, seg_logits, points, batch, fg):
-        """See the class docstring; ``fg`` is a :class:`~fsdlite.models.fsd.fg_sampler.ForegroundPoints`."""
+    def forward(self, point_feats, seg_logits, points, batch, fg, padded=False):
+        """See the class docstring; ``fg`` is a :class:`~fsdlite.models.fsd.fg_sampler.ForegroundPoints`
+        (or, with ``padded=True``, a ``PaddedForeground`` whose dump point index N reads zeros)."""
         if points.shape[1] != 3 + self.raw_channels:
             raise ValueError(f'VirtualPointEncoder: points must have 3 + raw_channels = {3 + self.raw_channels} '
                              f'columns, got {tuple(points.shape)}')
+        if padded:
+            from ..layers.static_ops import gather_rows as gather
+        else:
+            def gather(src, index):
+                return src[index]
         base = torch.cat([point_feats, seg_logits, points[:, 3:]], dim=1)
         real = self.real_proj(base)
         p = fg.point_index
-        offset = (fg.centre - points[p, :3]) / self.offset_scale
+        offset = (fg.centre - gather(points[:, :3], p)) / self.offset_scale
         onehot = F.one_hot(fg.class_id, self.num_classes).to(base.dtype)
-        virtual = self.virtual_proj(torch.cat([base[p], offset, onehot], dim=1))
+        virtual = self.virtual_proj(torch.cat([gather(base, p), offset, onehot], dim=1))
         is_virtual = torch.cat([torch.zeros(points.shape[0], dtype=torch.bool, device=points.device),
                                 torch.ones(p.shape[0], dtype=torch.bool, device=points.device)])
         feats = torch.cat([torch.cat([real, virtual], dim=0), is_virtual[:, None].to(real.dtype)], dim=1)

@@ -136,8 +136,11 @@ class _Entry(NamedTuple):
     rulebook: Rulebook
 
 
-def _inverse_map(nbr, num_rows):
-    """Transposed pairs of a strided map (pure torch when exporting, the validated op otherwise)."""
+def _inverse_map(nbr, num_rows, ops=None):
+    """Transposed pairs of a strided map (``ops.rulebook_inverse`` when given; else pure torch when exporting,
+    the validated op otherwise)."""
+    if ops is not None:
+        return ops.rulebook_inverse(nbr, num_rows)
     if not is_exporting():
         from fsdlite.ops import rulebook_inverse
         return rulebook_inverse(nbr, num_rows)
@@ -151,7 +154,8 @@ def _same_geometry(a, b):
     return (a.kernel_size, a.stride, a.padding, a.dilation) == (b.kernel_size, b.stride, b.padding, b.dilation)
 
 
-def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=None, bound_name='max_voxels'):
+def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=None, bound_name='max_voxels',
+                  ops=None):
     """Neighbour map and output voxels of a sparse conv layer on padded voxels.
 
     Reuse follows spconv's ``indice_key``: submanifold layers with the same key share the map (same geometry
@@ -168,6 +172,9 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
             to an exported graph, where the rulebook ops cannot run.
         max_out (int): output bound of a strided conv (required for kind 'conv').
         bound_name (str): bound name in the overflow error (e.g. ``'max_voxels[2]'``).
+        ops (optional): object with ``rulebook_subm``, ``rulebook_conv`` and ``rulebook_inverse`` of the
+            ``fsdlite.ops`` signatures (default: ``fsdlite.ops``, eager only); an export-safe implementation
+            builds rulebooks inside a graph.
     Returns:
         Rulebook
     Raises:
@@ -184,17 +191,19 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
             raise KeyError(f'inverse conv with indice_key {key!r} needs the rulebook of the strided conv with that key '
                            f'in the cache; found {None if entry is None else entry.geometry.kind!r}')
         rb = entry.rulebook
-        nbr = _inverse_map(rb.nbr, entry.in_coors.shape[0])
+        nbr = _inverse_map(rb.nbr, entry.in_coors.shape[0], ops)
         return Rulebook(nbr, entry.in_coors, entry.in_num_valid, entry.in_spatial_shape,
                         torch.zeros((), dtype=torch.long, device=coors.device))
     if entry is not None:
         if entry.geometry.kind != 'subm' or not _same_geometry(entry.geometry, g):
             raise ValueError(f'indice_key {key!r} is shared by layers of different geometry ({entry.geometry} vs {g})')
         return entry.rulebook
-    if is_exporting():
+    if ops is None and is_exporting():
         raise RuntimeError(f'the rulebook of layer {type(module).__name__}(indice_key={key!r}) is not in the cache; '
                            'exported graphs take rulebooks as inputs (build them with build_rulebook in eager mode)')
-    from fsdlite.ops import rulebook_conv as build_conv, rulebook_subm
+    if ops is None:
+        from fsdlite import ops
+    build_conv, rulebook_subm = ops.rulebook_conv, ops.rulebook_subm
     num_valid = num_valid if isinstance(num_valid, torch.Tensor) else torch.tensor(int(num_valid))
     num_valid = num_valid.to(device=coors.device, dtype=torch.long).reshape(())
     shape = tuple(int(v) for v in spatial_shape)

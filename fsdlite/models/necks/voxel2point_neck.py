@@ -27,7 +27,7 @@ class Voxel2PointNeck(nn.Module):
         self.normalize_offset = bool(normalize_offset)
         self.out_channels = self.in_channels + 3
 
-    def forward(self, voxel_feats, points, point2voxel, voxel_coors):
+    def forward(self, voxel_feats, points, point2voxel, voxel_coors, padded=False):
         """Point features for the P points.
 
         Args:
@@ -35,6 +35,7 @@ class Voxel2PointNeck(nn.Module):
             points (Tensor): (P, >=3) points (xyz first).
             point2voxel (Tensor): (P,) int64 in ``[0, V)``.
             voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]``.
+            padded (bool): fixed-shape mode: ``point2voxel == V`` (dump slot) reads zeros (padding points).
         Returns:
             Tensor: (P, in_channels + 3).
         """
@@ -42,11 +43,16 @@ class Voxel2PointNeck(nn.Module):
             raise ValueError(f'voxel_feats must have shape (V, {self.in_channels}), got {tuple(voxel_feats.shape)}')
         if voxel_feats.shape[0] != voxel_coors.shape[0]:
             raise ValueError(f'voxel_feats has {voxel_feats.shape[0]} rows but voxel_coors has {voxel_coors.shape[0]}')
+        if padded:
+            from ..layers.static_ops import gather_rows as gather
+        else:
+            def gather(src, index):
+                return src.index_select(0, index)
         centers = voxel_centers(voxel_coors, self.voxel_size, self.point_range, dtype=points.dtype)
-        offset = points[:, :3] - centers.index_select(0, point2voxel)
+        offset = points[:, :3] - gather(centers, point2voxel)
         if self.normalize_offset:
             offset = offset / offset.new_tensor(self.voxel_size)
-        return torch.cat([voxel_feats.index_select(0, point2voxel), offset.to(voxel_feats.dtype)], 1)
+        return torch.cat([gather(voxel_feats, point2voxel), offset.to(voxel_feats.dtype)], 1)
 
 
 __all__ = ['Voxel2PointNeck']

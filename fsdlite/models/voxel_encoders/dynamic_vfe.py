@@ -51,26 +51,29 @@ class DynamicVFE(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.out_channels = self.feat_channels[-1]
 
-    def point_inputs(self, points, point2voxel, voxel_coors):
+    def point_inputs(self, points, point2voxel, voxel_coors, padded=False):
         """(P, C') per-point input features: raw values and the optional centre offsets."""
-        from fsdlite.ops.segment_reduce import segment_reduce
+        reduce, gather = _segment_ops(padded)
         feats = [points]
         xyz = points[:, :3]
         if self.with_cluster_center:
-            mean = segment_reduce(xyz, point2voxel, voxel_coors.shape[0], 'mean')
-            feats.append(xyz - mean.index_select(0, point2voxel))
+            mean = reduce(xyz, point2voxel, voxel_coors.shape[0], 'mean')
+            feats.append(xyz - gather(mean, point2voxel))
         if self.with_voxel_center:
             centers = voxel_centers(voxel_coors, self.voxel_size, self.point_range, dtype=points.dtype)
-            feats.append(xyz - centers.index_select(0, point2voxel))
+            feats.append(xyz - gather(centers, point2voxel))
         return torch.cat(feats, 1)
 
-    def forward(self, points, point2voxel, voxel_coors):
+    def forward(self, points, point2voxel, voxel_coors, padded=False):
         """Encode voxels.
 
         Args:
             points (Tensor): (P, in_channels) float points; every point belongs to a voxel.
-            point2voxel (Tensor): (P,) int64 voxel row of each point, in ``[0, V)``.
+            point2voxel (Tensor): (P,) int64 voxel row of each point, in ``[0, V)`` (``[0, V]`` when padded).
             voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]``.
+            padded (bool): fixed-shape mode: ``point2voxel == V`` is the dump slot (padding points, excluded
+                from every voxel; their rows of the point features are unspecified) and the reductions are
+                export-safe (:func:`~fsdlite.models.layers.static_ops.static_segment_reduce`).
         Returns:
             tuple[Tensor, Tensor]: voxel features (V, out_channels) and point features
             (P, out_channels) of the last layer (before the voxel max).
@@ -79,15 +82,24 @@ class DynamicVFE(nn.Module):
             raise ValueError(f'points must have shape (P, {self.in_channels}), got {tuple(points.shape)}')
         if point2voxel.shape != (points.shape[0],):
             raise ValueError(f'point2voxel must have shape ({points.shape[0]},), got {tuple(point2voxel.shape)}')
-        from fsdlite.ops.segment_reduce import segment_reduce
+        reduce, gather = _segment_ops(padded)
         num_voxels = voxel_coors.shape[0]
-        x = self.point_inputs(points, point2voxel, voxel_coors)
+        x = self.point_inputs(points, point2voxel, voxel_coors, padded)
         for i, layer in enumerate(self.layers):
             point_feats = layer(x)
-            voxel_feats = segment_reduce(point_feats, point2voxel, num_voxels, 'max')
+            voxel_feats = reduce(point_feats, point2voxel, num_voxels, 'max')
             if i + 1 < len(self.layers):
-                x = torch.cat([point_feats, voxel_feats.index_select(0, point2voxel)], 1)
+                x = torch.cat([point_feats, gather(voxel_feats, point2voxel)], 1)
         return voxel_feats, point_feats
+
+
+def _segment_ops(padded):
+    """(reduce, gather): fsdlite.ops.segment_reduce / index_select, or their dump-slot static twins."""
+    if padded:
+        from ..layers.static_ops import gather_rows, static_segment_reduce
+        return static_segment_reduce, gather_rows
+    from fsdlite.ops.segment_reduce import segment_reduce
+    return segment_reduce, lambda src, index: src.index_select(0, index)
 
 
 __all__ = ['DynamicVFE']

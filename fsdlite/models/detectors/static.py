@@ -1,0 +1,241 @@
+"""Fixed-shape (``static=True``) mode of FSD-lite / FSDv2-lite: the same modules and weights on padded tensors.
+
+Three explicit parts (DESIGN.md "Fixed shapes"):
+
+1. **pre-ops** (:meth:`StaticDetectorMixin.static_inputs`, eager, ``fsdlite.ops``): the data preprocessor's voxel
+   hashing, padding to ``max_points`` / ``max_voxels[0]`` (dump slots), and the first-stage UNet's sparse-conv
+   rulebooks as padded neighbour maps (``max_voxels[s]`` per level);
+2. the **fixed-shape forward** (:meth:`StaticDetectorMixin.forward_static`): pure tensor code (what ``deploy/``
+   exports, see :class:`StaticGraph`): rulebook gather-GEMM convs with spconv's weights, ``static_segment_reduce``,
+   per-class top-k foreground budgets (``max_fg_points``), the detector's instance stage (``static_instances``:
+   FSD-lite clusters / FSDv2-lite virtual voxels), the box head and the ``max_boxes`` best boxes above the score
+   threshold.  No ``torch.unique``, boolean-mask indexing, ``nonzero`` or loop over samples;
+3. **NMS** after the graph (:meth:`StaticDetectorMixin.predict_static`).
+
+Bounds count over one forward call (the whole batch), except ``max_fg_points`` (per sample and class, like the
+sampler's budget).  Overflow raises :class:`~fsdlite.structures.bounds.BoundExceededError` in eager mode; while
+exporting, results are truncated deterministically and the counts come out as ``dropped`` (names in
+:meth:`StaticDetectorMixin.graph_bound_names`).  When no bound is exceeded the boxes and scores equal the dynamic
+mode's (tests/models/fsd/test_static_*.py).
+"""
+from typing import NamedTuple, Optional
+
+import torch
+from torch import nn
+
+from fsdlite.structures.bounds import Bounds
+from fsdlite.structures.padded import pad_to_bound, valid_mask
+
+from .stages import stage
+
+
+class StaticInputs(NamedTuple):
+    """Outputs of the pre-ops (N = max_points, V0 = max_voxels[0]); the inputs of the fixed-shape forward."""
+
+    points: torch.Tensor       #: (N, C) float points, padding rows 0
+    batch: torch.Tensor        #: (N,) int64 sample ids (0 in padding)
+    num_points: torch.Tensor   #: () int64 valid points
+    point2voxel: torch.Tensor  #: (N,) int64 voxel row, V0 (dump) for padding
+    voxel_coors: torch.Tensor  #: (V0, 4) int64 [b, z, y, x], padding rows 0
+    num_voxels: torch.Tensor   #: () int64 valid voxels
+    nbrs: tuple                #: first-stage UNet neighbour maps (V_s, K) in execution order
+    dropped: torch.Tensor      #: (1 + L,) int64 points and voxels per level beyond the bounds (strict=False)
+
+
+class PaddedInstances(NamedTuple):
+    """Instances of the fixed-shape forward (K slots): ``feats`` (K, D), ``xyz`` (K, 3), ``batch`` (K,), ``labels``
+    (K,) or None (the head predicts the class), ``valid`` (K,) bool, ``num`` () int64, ``dropped`` (D_i,) int64
+    overflow of the detector's instance bounds (:meth:`StaticDetectorMixin.instance_bound_names`)."""
+
+    feats: torch.Tensor
+    xyz: torch.Tensor
+    batch: torch.Tensor
+    labels: Optional[torch.Tensor]
+    valid: torch.Tensor
+    num: torch.Tensor
+    dropped: torch.Tensor
+
+
+GRAPH_OUTPUTS = ('boxes', 'scores', 'labels', 'batch', 'num_boxes', 'dropped')
+
+
+class StaticDetectorMixin:
+    """Fixed-shape mode shared by the detectors (see the module docstring).
+
+    Subclasses define ``INSTANCE_BOUNDS`` (name -> number of entries or None for a scalar),
+    :meth:`instance_bound_names` and :meth:`static_instances`.
+    """
+
+    INSTANCE_BOUNDS = {}
+
+    def _init_static(self, static, bounds):
+        self.static = bool(static)
+        if self.static and bounds is None:
+            raise ValueError(f'{type(self).__name__}: static=True needs bounds=dict(...) with '
+                             f'{sorted(self.bound_spec())} (tools/collect_bounds.py measures them)')
+        self.bounds = None if bounds is None else self._normalize_bounds(bounds)
+
+    def bound_spec(self):
+        """``name -> entries`` of every bound this model needs (None: one int; n: a list of n ints)."""
+        return dict(max_points=None, max_voxels=len(self.backbone.encoder), max_fg_points=self.num_classes,
+                    max_boxes=None, **self.instance_bound_spec())
+
+    def instance_bound_spec(self):
+        """The detector's own bounds (see :meth:`bound_spec`)."""
+        return {}
+
+    def _normalize_bounds(self, cfg):
+        bounds, spec = Bounds.from_cfg(cfg), self.bound_spec()
+        missing, unknown = sorted(set(spec) - set(bounds)), sorted(set(bounds) - set(spec))
+        if missing or unknown:
+            raise ValueError(f'{type(self).__name__}: bounds must define exactly {sorted(spec)}; missing {missing}, '
+                             f'unknown {unknown}')
+        values = {}
+        for name, entries in spec.items():
+            value = bounds[name]
+            if entries is None and isinstance(value, tuple):
+                raise ValueError(f'bounds.{name} must be one int, got {list(value)}')
+            if entries is not None:
+                value = value if isinstance(value, tuple) else (value,) * entries
+                if len(value) != entries:
+                    raise ValueError(f'bounds.{name} needs {entries} entries (one per UNet level / class), got '
+                                     f'{list(value)}')
+            values[name] = value
+        return Bounds(**values)
+
+    def _require_bounds(self):
+        if self.bounds is None:
+            raise RuntimeError(f'{type(self).__name__}: the fixed-shape path needs bounds=dict(...) in the config')
+        if self.training:
+            raise RuntimeError(f'{type(self).__name__}: the fixed-shape path is for inference; call model.eval() '
+                               '(training always runs the dynamic path)')
+
+    def graph_bound_names(self):
+        """Names of the entries of the fixed-shape forward's ``dropped`` output, in order."""
+        c = self.num_classes
+        return [f'max_fg_points[{k}]' for k in range(c)] + self.instance_bound_names() + ['max_boxes']
+
+    def instance_bound_names(self):
+        """Names of :attr:`PaddedInstances.dropped` entries."""
+        return []
+
+    # ----------------------------------------------------------------------------------------------- pre-ops
+    def static_inputs(self, inputs, strict=None):
+        """Pre-ops: pad the preprocessor's output to the bounds and build the first-stage rulebooks (eager).
+
+        Args:
+            inputs (dict): output of the data preprocessor (``points``, ``batch``, ``voxel_coors``,
+                ``point2voxel``); its voxelization is the voxel hashing of the pre-ops.
+            strict (bool, optional): raise on overflow (default True in eager mode); False truncates and counts.
+        Returns:
+            StaticInputs
+        """
+        self._require_bounds()
+        strict = True if strict is None else strict
+        levels = self.bounds['max_voxels']
+        with stage('pre_ops'):
+            points, drop_p = pad_to_bound(inputs['points'], self.bounds['max_points'], 'max_points', strict=strict)
+            batch, _ = pad_to_bound(inputs['batch'], points.bound, 'max_points', strict=False)
+            coors, drop_v = pad_to_bound(inputs['voxel_coors'], levels[0], 'max_voxels[0]', strict=strict)
+            p2v = inputs['point2voxel'][:points.bound]
+            p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
+            p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
+            nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels)
+        dropped = torch.stack([drop_p, drop_v.to(drop_p)] + [d.to(drop_p) for d in dropped[1:]])
+        return StaticInputs(points.data, batch.data, points.num_valid, p2v, coors.data, coors.num_valid,
+                            tuple(nbrs), dropped)
+
+    # ------------------------------------------------------------------------------------ fixed-shape forward
+    def extract_feat_static(self, points, point2voxel, voxel_coors, nbrs):
+        """(N, C_neck) point features of padded points (VFE -> rulebook UNet -> neck)."""
+        with stage('vfe'):
+            voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
+        with stage('backbone'):
+            voxel_feats = self.backbone.forward_rulebook(voxel_feats, nbrs)
+        with stage('neck_head'):
+            return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
+
+    def forward_static(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, nbrs, batch_size,
+                       strict=None):
+        """The fixed-shape forward (first six arguments and ``nbrs`` as :class:`StaticInputs`).
+
+        Args:
+            batch_size (int): B (a constant of the graph).
+            strict (bool, optional): raise on overflow (default: eager mode; exporting truncates and counts).
+        Returns:
+            dict: ``boxes`` (M, 7), ``scores`` (M,), ``labels`` (M,), ``batch`` (M,) the ``num_boxes`` best boxes
+            above the score threshold before NMS (M = max_boxes); ``dropped`` (D,) int64 overflow per
+            :meth:`graph_bound_names`; and the raw outputs ``seg_logits`` (N, C), ``cls_logits`` (K, C),
+            ``box_codes`` (K, C, 8), ``instance_xyz`` (K, 3), ``instance_batch`` (K,), ``instance_labels`` (K,) or
+            None, ``num_instances`` (), ``num_fg_points`` ().
+        """
+        self._require_bounds()
+        valid = valid_mask(num_points, points.shape[0], points.device)
+        point_feats = self.extract_feat_static(points, point2voxel, voxel_coors, nbrs)
+        with stage('neck_head'):
+            seg = self.seg_head(point_feats)
+        with stage('fg_sampling'):
+            fg = self.fg_sampler.select_padded(seg['seg_logits'].sigmoid(), seg['vote_codes'], points[:, :3], batch,
+                                               valid, batch_size, self.bounds['max_fg_points'], strict=strict)
+        inst = self.static_instances(points, batch, num_points, point_feats, seg, fg, batch_size, strict)
+        with stage('box_head'):
+            cls_logits, box_codes = self.bbox_head(inst.feats)
+            sel = self.bbox_head.select_padded(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, inst.valid,
+                                               self.bounds['max_boxes'], strict=strict)
+        dropped = torch.cat([fg.dropped.to(sel['dropped']), inst.dropped.to(sel['dropped']), sel['dropped'].view(1)])
+        return dict(boxes=sel['boxes'], scores=sel['scores'], labels=sel['labels'], batch=sel['batch'],
+                    num_boxes=sel['num_boxes'], dropped=dropped, seg_logits=seg['seg_logits'], cls_logits=cls_logits,
+                    box_codes=box_codes, instance_xyz=inst.xyz, instance_batch=inst.batch,
+                    instance_labels=inst.labels, num_instances=inst.num, num_fg_points=fg.num_valid)
+
+    def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
+        """:class:`PaddedInstances` from the padded foreground (implemented by the detectors)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------------ driver
+    def run_static(self, inputs, strict=None):
+        """Pre-ops + fixed-shape forward on a preprocessed batch; returns (StaticInputs, outputs dict)."""
+        si = self.static_inputs(inputs, strict=strict)
+        out = self.forward_static(*si[:6], si.nbrs, inputs['batch_size'], strict=strict)
+        return si, out
+
+    def predict_static(self, inputs, data_samples=None):
+        """Static pre-ops -> fixed-shape forward -> NMS; same outputs as the dynamic ``predict``."""
+        _, out = self.run_static(inputs)
+        n = int(out['num_boxes'])
+        boxes, scores, labels, batch = (out[k][:n] for k in ('boxes', 'scores', 'labels', 'batch'))
+        with stage('nms'):
+            keep = self.bbox_head.nms(boxes, scores, labels, batch)
+        return self.to_samples(boxes[keep], scores[keep], labels[keep], batch[keep], inputs['batch_size'],
+                               data_samples)
+
+    def static_graph(self, batch_size=1):
+        """The fixed-shape forward as a module with flat tensor inputs and outputs (:class:`StaticGraph`, export)."""
+        self._require_bounds()
+        return StaticGraph(self, batch_size)
+
+
+class StaticGraph(nn.Module):
+    """Export wrapper of :meth:`StaticDetectorMixin.forward_static` (shares the detector's parameters).
+
+    ``forward(points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs)`` (the fields of
+    :class:`StaticInputs`) returns the tuple ``(boxes, scores, labels, batch, num_boxes, dropped)``
+    (:data:`GRAPH_OUTPUTS`); NMS runs after it.
+    """
+
+    input_names = ('points', 'batch', 'num_points', 'point2voxel', 'voxel_coors', 'num_voxels')
+
+    def __init__(self, detector, batch_size=1):
+        super().__init__()
+        self.detector = detector
+        self.batch_size = int(batch_size)
+        self.output_names = GRAPH_OUTPUTS
+        self.dropped_names = detector.graph_bound_names()
+
+    def forward(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs):
+        out = self.detector.forward_static(points, batch, num_points, point2voxel, voxel_coors, num_voxels,
+                                           list(nbrs), self.batch_size)
+        return tuple(out[k] for k in GRAPH_OUTPUTS)
+
+
+__all__ = ['StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'StaticDetectorMixin', 'StaticGraph']

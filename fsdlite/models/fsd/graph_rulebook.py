@@ -1,0 +1,139 @@
+"""Sparse-conv neighbour maps built inside a fixed-shape graph (pure torch, export-safe).
+
+Drop-in twin of the ``fsdlite.ops`` rulebook family (same signatures, same results: see
+:mod:`fsdlite.ops.rulebook`) for voxels that are themselves computed inside the graph, e.g. FSDv2's
+virtual voxels feeding the mixer UNet.  Lookups go through a **dense key table** of the grid
+(``batch_size * nz * ny * nx + 1`` slots, the last one a dump): a ScatterElements to fill it and Gathers to
+read it, no sort, no ``unique``, no ``nonzero``; memory O(grid) per level.  A strided conv's output voxels
+come out sorted by ``(b, z, y, x)`` like the C++ op (a cumulative sum over the table's occupancy), so the
+maps are identical to the op's.
+
+Pass an instance as ``ops=`` to :func:`fsdlite.models.layers.rulebook_conv.build_rulebook`.
+"""
+import math
+
+import torch
+
+from fsdlite.ops.rulebook import ConvRulebook, conv_output_shape
+from fsdlite.structures.bounds import is_exporting
+from fsdlite.structures.padded import valid_mask
+
+
+def _triple(value):
+    return [int(value)] * 3 if isinstance(value, int) else [int(v) for v in value]
+
+
+def _kernel_offsets(kernel_size, device):
+    """(K, 3) int64 (kz, ky, kx) in itertools.product order (spconv's weight order)."""
+    axes = [torch.arange(k, device=device) for k in kernel_size]
+    return torch.stack(torch.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
+
+
+class GraphRulebookOps:
+    """Export-safe ``rulebook_subm`` / ``rulebook_conv`` / ``rulebook_inverse`` over a dense key table.
+
+    Args:
+        batch_size (int): B; valid voxels have ``b`` in ``[0, B)`` (part of the key space).
+    """
+
+    def __init__(self, batch_size):
+        if isinstance(batch_size, bool) or int(batch_size) < 1:
+            raise ValueError(f'GraphRulebookOps: batch_size must be a positive int, got {batch_size!r}')
+        self.batch_size = int(batch_size)
+
+    def _key_space(self, shape):
+        return self.batch_size * math.prod(shape)
+
+    @staticmethod
+    def _keys(bzyx, shape):
+        return ((bzyx[..., 0] * shape[0] + bzyx[..., 1]) * shape[1] + bzyx[..., 2]) * shape[2] + bzyx[..., 3]
+
+    def _check(self, coors, valid, shape):
+        if coors.dim() != 2 or coors.shape[1] != 4:
+            raise ValueError(f'GraphRulebookOps: coors must be (Vmax, 4) [b, z, y, x], got {tuple(coors.shape)}')
+        if is_exporting() or not coors.shape[0]:
+            return
+        top = torch.tensor([self.batch_size, *shape], device=coors.device)
+        bad = valid[:, None] & ((coors < 0) | (coors >= top))
+        if bool(bad.any()):
+            row = int(bad.any(1).long().argmax())
+            raise ValueError(f'GraphRulebookOps: coors[{row}] = {coors[row].tolist()} lies outside batch_size '
+                             f'{self.batch_size} x spatial_shape {tuple(shape)}')
+
+    def _table(self, coors, valid, shape):
+        """(G + 1,) row of each occupied key; Vmax (dump) elsewhere and in the dump slot G."""
+        vmax, g = coors.shape[0], self._key_space(shape)
+        keys = torch.where(valid, self._keys(coors, shape), torch.full_like(coors[:, 0], g))
+        rows = torch.arange(vmax, device=coors.device)
+        rows = torch.where(valid, rows, torch.full_like(rows, vmax))  # every dump write stores the same value
+        return torch.full((g + 1,), vmax, dtype=torch.long, device=coors.device).scatter(0, keys, rows)
+
+    def _lookup(self, table, cells, shape):
+        """Rows at ``cells`` (..., 4); the dump for cells outside the grid."""
+        size = torch.tensor(shape, device=cells.device)
+        inside = ((cells[..., 1:] >= 0) & (cells[..., 1:] < size)).all(-1)
+        keys = torch.where(inside, self._keys(cells, shape), torch.full_like(cells[..., 0], table.shape[0] - 1))
+        return table.index_select(0, keys.reshape(-1)).view(keys.shape)
+
+    def rulebook_subm(self, coors, num_valid, spatial_shape, kernel_size=3, dilation=1):
+        """(Vmax, K) submanifold map, as :func:`fsdlite.ops.rulebook_subm`."""
+        shape, k, d = tuple(int(v) for v in spatial_shape), _triple(kernel_size), _triple(dilation)
+        coors = coors.long()
+        vmax = coors.shape[0]
+        valid = valid_mask(num_valid, vmax, coors.device)
+        self._check(coors, valid, shape)
+        offsets = (_kernel_offsets(k, coors.device) - torch.tensor(k, device=coors.device) // 2) * \
+            torch.tensor(d, device=coors.device)
+        delta = torch.cat([torch.zeros_like(offsets[:, :1]), offsets], 1)          # (K, 4), batch unchanged
+        nbr = self._lookup(self._table(coors, valid, shape), coors[:, None, :] + delta, shape)
+        return torch.where(valid[:, None], nbr, torch.full_like(nbr, vmax))
+
+    def rulebook_conv(self, coors, num_valid, spatial_shape, kernel_size, stride=1, padding=0, dilation=1, *,
+                      max_out):
+        """Strided-conv rulebook (outputs sorted by key, padded to ``max_out``) as :func:`fsdlite.ops.rulebook_conv`."""
+        shape = tuple(int(v) for v in spatial_shape)
+        k, s, p, d = _triple(kernel_size), _triple(stride), _triple(padding), _triple(dilation)
+        out_shape = tuple(conv_output_shape(shape, k, s, p, d))
+        coors, max_out = coors.long(), int(max_out)
+        vmax, device = coors.shape[0], coors.device
+        valid = valid_mask(num_valid, vmax, device)
+        self._check(coors, valid, shape)
+        kidx = _kernel_offsets(k, device)                                           # (K, 3)
+        kv = kidx.shape[0]
+        st, pt, ot = (torch.tensor(v, device=device) for v in (s, p, out_shape))
+        t = coors[:, None, 1:] + pt - kidx * torch.tensor(d, device=device)         # (V, K, 3) = o * stride
+        ok = valid[:, None] & ((t >= 0) & (t % st == 0) & (t // st < ot)).all(-1)
+        cells = torch.cat([coors[:, None, :1].expand(-1, kv, 1), t // st], -1)
+        g = self._key_space(out_shape)
+        okey = torch.where(ok, self._keys(torch.where(ok[..., None], cells, torch.zeros_like(cells)), out_shape),
+                           torch.full_like(ok, g, dtype=torch.long))
+        present = torch.zeros(g + 1, dtype=torch.long, device=device).scatter(
+            0, okey.reshape(-1), torch.ones_like(okey.reshape(-1)))[:g]
+        rank = torch.cumsum(present, 0) - 1                                         # sorted position of each key
+        total = present.sum()
+        slot = torch.where((present > 0) & (rank < max_out), rank, torch.full_like(rank, max_out))
+        out_keys = torch.zeros(max_out + 1, dtype=torch.long, device=device).scatter(
+            0, slot, torch.arange(g, device=device))[:max_out]
+        kept = torch.clamp(total, max=max_out)
+        out_keys = torch.where(valid_mask(kept, max_out, device), out_keys, torch.zeros_like(out_keys))
+        oz, oy, ox = out_shape
+        out_coors = torch.stack([out_keys // (oz * oy * ox), out_keys // (oy * ox) % oz, out_keys // ox % oy,
+                                 out_keys % ox], 1)
+        row = torch.where(ok, rank.index_select(0, okey.reshape(-1).clamp(max=max(g - 1, 0))).view(okey.shape),
+                          torch.full_like(okey, max_out))
+        row = torch.where(row < max_out, row, torch.full_like(row, max_out))
+        src = torch.arange(vmax, device=device)[:, None].expand(vmax, kv)
+        flat = row * kv + torch.arange(kv, device=device)
+        nbr = torch.full(((max_out + 1) * kv,), vmax, dtype=torch.long, device=device).scatter(
+            0, flat.reshape(-1), src.reshape(-1)).view(max_out + 1, kv)[:max_out]
+        return ConvRulebook(out_coors, kept, total - kept, nbr)
+
+    def rulebook_inverse(self, nbr, num_rows):
+        """(num_rows, K) inverse map of a strided map, as :func:`fsdlite.ops.rulebook_inverse`."""
+        vout, kv = nbr.shape
+        rows = torch.arange(vout, device=nbr.device).view(-1, 1).expand(vout, kv)
+        inv = torch.full((int(num_rows) + 1, kv), vout, dtype=torch.long, device=nbr.device)
+        return inv.scatter(0, nbr.long(), rows)[:int(num_rows)]  # the dump row absorbs every missing pair
+
+
+__all__ = ['GraphRulebookOps']
