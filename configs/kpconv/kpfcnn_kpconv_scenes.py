@@ -1,8 +1,8 @@
 # KPFCNN (rigid KPConv) segmentation of synthetic primitive scenes; reports per-class IoU and mIoU.
 #   python tools/train.py configs/kpconv/kpfcnn_kpconv_scenes.py
-#   python tools/test.py configs/kpconv/kpfcnn_kpconv_scenes.py work_dirs/kpfcnn_kpconv_scenes/iter_600.pth
+#   python tools/test.py configs/kpconv/kpfcnn_kpconv_scenes.py work_dirs/kpfcnn_kpconv_scenes/iter_800.pth
 _base_ = ['_base_/schedule_cpu.py', '_base_/kpfcnn.py', '_base_/primitive_scenes_seg.py']
-max_iters = 600
+max_iters = 800
 train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=30),
