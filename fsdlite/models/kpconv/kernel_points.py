@@ -36,13 +36,15 @@ def cache_dir():
     return Path(root).expanduser() / 'kernels' if root else Path.home() / '.cache' / 'fsdlite' / 'kernels'
 
 
-def default_shells(num_points):
-    """Centre + shells for K > 30: outer shells hold points proportionally to their radius."""
-    n_shells = max(2, int(round(np.sqrt((num_points - 1) / 7.0))))
-    outer = n_shells - 1
-    weights = np.arange(1, outer + 1, dtype=np.float64)
-    counts = np.floor((num_points - 1) * weights / weights.sum()).astype(int)
-    counts[-1] += num_points - 1 - counts.sum()
+def default_shells(num_points, max_per_shell=MAX_REPULSION_POINTS):
+    """Centre + S outer shells holding points proportionally to their radius (s = 1..S), with the
+    fewest shells whose outermost one holds at most ``max_per_shell`` points (43 -> [1, 14, 28])."""
+    rest, n_shells = num_points - 1, 1
+    while 2 * rest / (n_shells + 1) > max_per_shell:
+        n_shells += 1
+    weights = np.arange(1, n_shells + 1, dtype=np.float64)
+    counts = np.floor(rest * weights / weights.sum()).astype(int)
+    counts[-1] += rest - counts.sum()
     return [1] + counts.tolist()
 
 

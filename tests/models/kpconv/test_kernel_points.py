@@ -68,8 +68,9 @@ def test_shells_radii_and_spread(cache):
 
 
 def test_default_shells_for_large_k():
-    shells = kpm.default_shells(43)
-    assert shells[0] == 1 and sum(shells) == 43 and shells == sorted(shells)
+    assert kpm.default_shells(43) == [1, 14, 28]  # KPConvX's disposition
+    shells = kpm.default_shells(80)
+    assert shells[0] == 1 and sum(shells) == 80 and shells == sorted(shells) and max(shells) <= 30
 
 
 def test_make_kernel_points_scales_and_rotates_about_z(cache):
