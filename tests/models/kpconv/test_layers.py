@@ -127,3 +127,17 @@ def test_registered_and_kernel_points_in_state_dict():
 def test_invalid_arguments(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
         cls(kernel_size=5, radius=1.0, **kwargs)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('name', ['kpconv_linear_sum', 'kpconv_deformable_modulated', 'kpconvx', 'kpinv_sigmoid'])
+def test_fused_cuda_matches_cpu(name, cloud):
+    layer = build(name, 'fused').float()
+    x = torch.randn(len(cloud['points']), C)
+    args = (cloud['points'].float(), cloud['points'].float(), cloud['neighbors'], x)
+    y, gx, gp = run(layer, *args)
+    y_cuda, gx_cuda, gp_cuda = run(layer.cuda(), *(a.cuda() for a in args))
+    torch.testing.assert_close(y_cuda.cpu(), y, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(gx_cuda.cpu(), gx, atol=1e-4, rtol=1e-4)
+    for key in gp:
+        torch.testing.assert_close(gp_cuda[key].cpu(), gp[key], atol=1e-4, rtol=1e-4)
