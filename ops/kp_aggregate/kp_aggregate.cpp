@@ -245,6 +245,15 @@ TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
       "kp_aggregate_backward(Tensor grad_out, Tensor q_pts, Tensor s_pts, Tensor neighbors, Tensor features, "
       "Tensor kernel_points, Tensor? depthwise, Tensor? gen_weights, float sigma, str influence, str aggregation, "
       "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  // The device-generic chunked drivers (what the CUDA build runs), bound to the CPU primitives so
+  // the CPU test-suite checks them against the direct CPU kernels; not part of the public API.
+  m.def(
+      "_kp_aggregate_chunked(Tensor q_pts, Tensor s_pts, Tensor neighbors, Tensor features, Tensor kernel_points, "
+      "Tensor? depthwise, Tensor? gen_weights, float sigma, str influence, str aggregation) -> Tensor");
+  m.def(
+      "_kp_aggregate_chunked_backward(Tensor grad_out, Tensor q_pts, Tensor s_pts, Tensor neighbors, "
+      "Tensor features, Tensor kernel_points, Tensor? depthwise, Tensor? gen_weights, float sigma, str influence, "
+      "str aggregation, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
   m.def("neighbor_aggregate(Tensor neighbors, Tensor features, Tensor weights) -> Tensor");
   m.def(
       "neighbor_aggregate_backward(Tensor grad_out, Tensor neighbors, Tensor features, Tensor weights, "

@@ -1,5 +1,6 @@
-// CPU kernels of kp_aggregate (direct: no (rows, K, C) correlation, influences computed on the fly)
-// and the CPU registration of neighbor_aggregate (shared chunked ATen driver).
+// CPU kernels of kp_aggregate (direct: no (rows, K, C) correlation, influences computed on the fly),
+// the CPU binding of the device-generic chunked drivers (tested against the direct kernels), and the
+// CPU registration of neighbor_aggregate (shared chunked ATen driver).
 //
 // forward, parallel over queries: E[k, c] = D[k, c] * A[q, k, c / G] (per query, K x C), then
 //   y[q, c] += infl[q, h, k] * E[k, c] * x[j, c] for every non-zero influence.
@@ -169,6 +170,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_backward_cpu(
   return backward_cpu(grad_out, a, output_mask);
 }
 
+at::Tensor kp_aggregate_chunked_cpu(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
+                                    const at::Tensor& features, const at::Tensor& kernel_points,
+                                    const c10::optional<at::Tensor>& depthwise,
+                                    const c10::optional<at::Tensor>& gen_weights, double sigma,
+                                    c10::string_view influence, c10::string_view aggregation) {
+  return forward_chunked(check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
+                                    influence, aggregation),
+                         kp::cpu::primitives());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_chunked_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
+    const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
+    const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
+    c10::string_view aggregation, std::array<bool, 3> output_mask) {
+  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
+                            influence, aggregation);
+  check_grad_out(grad_out, a);
+  return backward_chunked(grad_out, a, output_mask, kp::cpu::primitives());
+}
+
 at::Tensor neighbor_aggregate_cpu(const at::Tensor& neighbors, const at::Tensor& features, const at::Tensor& weights) {
   return neighbor_aggregate_op(neighbors, features, weights, kp::cpu::primitives().chunk_elements);
 }
@@ -188,6 +210,8 @@ std::tuple<at::Tensor, at::Tensor> neighbor_aggregate_backward_cpu(const at::Ten
 TORCH_LIBRARY_IMPL(fsdlite, CPU, m) {
   m.impl("kp_aggregate", &fsdlite::kp_aggregate::kp_aggregate_cpu);
   m.impl("kp_aggregate_backward", &fsdlite::kp_aggregate::kp_aggregate_backward_cpu);
+  m.impl("_kp_aggregate_chunked", &fsdlite::kp_aggregate::kp_aggregate_chunked_cpu);
+  m.impl("_kp_aggregate_chunked_backward", &fsdlite::kp_aggregate::kp_aggregate_chunked_backward_cpu);
   m.impl("neighbor_aggregate", &fsdlite::kp_aggregate::neighbor_aggregate_cpu);
   m.impl("neighbor_aggregate_backward", &fsdlite::kp_aggregate::neighbor_aggregate_backward_cpu);
 }

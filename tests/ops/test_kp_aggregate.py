@@ -226,3 +226,18 @@ def test_cuda_matches_cpu(influence, aggregation):
     y = neighbor_aggregate(**nb)
     y_cuda = neighbor_aggregate(**{k: v.detach().cuda() for k, v in nb.items()})
     torch.testing.assert_close(y_cuda.cpu(), y.detach(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize('influence,aggregation', list(itertools.product(INFLUENCES, AGGREGATIONS)))
+def test_generic_chunked_driver_matches_direct_cpu_kernels(influence, aggregation):
+    """The chunked driver the CUDA build runs, bound to the CPU primitives, equals the direct CPU kernels."""
+    args = problem(m=700, n=300, h=10, k=15, c=200, w=8, per_query=True, seed=12, requires_grad=False)
+    params = (0.6, influence, aggregation)
+    y = torch.ops.fsdlite.kp_aggregate(*args.values(), *params)
+    torch.testing.assert_close(torch.ops.fsdlite._kp_aggregate_chunked(*args.values(), *params), y)
+    grad = torch.randn_like(y)
+    for mask in ([True, True, True], [True, False, False], [False, True, True]):
+        direct = torch.ops.fsdlite.kp_aggregate_backward(grad, *args.values(), *params, mask)
+        chunked = torch.ops.fsdlite._kp_aggregate_chunked_backward(grad, *args.values(), *params, mask)
+        for d, c in zip(direct, chunked):
+            torch.testing.assert_close(c, d)
