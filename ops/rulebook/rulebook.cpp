@@ -86,7 +86,8 @@ Geometry check_geometry(const at::Tensor& coors, const at::Tensor& num_valid, c1
     int64_t cells = g.num_batches;
     for (int a = 0; a < 3; ++a) {
       TORCH_CHECK(cells <= std::numeric_limits<int64_t>::max() / 2 / shape[a], op, ": ", g.num_batches,
-                  " batches x grid ", spatial_shape, " has more than 2^62 cells; use fewer batch ids or a smaller grid");
+                  " batches x grid ", spatial_shape,
+                  " has more than 2^62 cells; use fewer batch ids or a smaller grid");
       cells *= shape[a];
     }
   }
@@ -119,14 +120,17 @@ void raise_duplicate(const at::Tensor& coors, int64_t a, int64_t b, const char* 
 }
 
 void raise_inverse_conflict(int64_t row, int64_t k, int64_t o1, int64_t o2) {
-  TORCH_CHECK(false, "rulebook_inverse: nbr maps input row ", row, " at offset ", k, " to two outputs (", std::min(o1, o2),
+  TORCH_CHECK(false, "rulebook_inverse: nbr maps input row ", row, " at offset ", k, " to two outputs (",
+              std::min(o1, o2),
               " and ", std::max(o1, o2), "); expected the neighbour map of one strided convolution");
 }
 
 }  // namespace fsdlite::rulebook
 
 TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
-  m.def("rulebook_subm(Tensor coors, Tensor num_valid, int[] spatial_shape, int[] kernel_size, int[] dilation) -> Tensor");
+  m.def(
+      "rulebook_subm(Tensor coors, Tensor num_valid, int[] spatial_shape, int[] kernel_size, int[] dilation) -> "
+      "Tensor");
   m.def(
       "rulebook_conv(Tensor coors, Tensor num_valid, int[] spatial_shape, int[] kernel_size, int[] stride, "
       "int[] padding, int[] dilation, int max_out) -> "

@@ -99,8 +99,9 @@ __global__ void candidate_kernel(const int64_t* coors, const int64_t* num_valid,
   const int64_t key = fsdlite::rulebook::encode(r[0], o[0], o[1], o[2], g.out_shape);
   int64_t h = fsdlite::rulebook::home_slot(key, mask);
   while (true) {
-    const unsigned long long prev = atomicCAS(reinterpret_cast<unsigned long long*>(set + h),
-                                              static_cast<unsigned long long>(kEmpty), static_cast<unsigned long long>(key));
+    const unsigned long long prev =
+        atomicCAS(reinterpret_cast<unsigned long long*>(set + h), static_cast<unsigned long long>(kEmpty),
+                  static_cast<unsigned long long>(key));
     if (prev == static_cast<unsigned long long>(kEmpty)) {
       atomicAdd(reinterpret_cast<unsigned long long*>(count), 1ULL);
       return;
@@ -130,8 +131,9 @@ __global__ void inverse_kernel(const int64_t* nbr, int64_t num_out, int64_t kv, 
   if (t >= num_out * kv) return;
   const int64_t o = t / kv, k = t % kv, i = nbr[t];
   if (i == num_rows) return;
-  const unsigned long long prev = atomicCAS(reinterpret_cast<unsigned long long*>(inv + i * kv + k),
-                                            static_cast<unsigned long long>(num_out), static_cast<unsigned long long>(o));
+  const unsigned long long prev =
+      atomicCAS(reinterpret_cast<unsigned long long*>(inv + i * kv + k), static_cast<unsigned long long>(num_out),
+                static_cast<unsigned long long>(o));
   if (prev != static_cast<unsigned long long>(num_out) && atomicCAS(flag, 0, 1) == 0) {
     conflict[0] = i;  // the first conflict to take the flag is reported
     conflict[1] = k;

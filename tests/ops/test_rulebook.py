@@ -1,6 +1,7 @@
 """rulebook: neighbour maps vs the pure-torch reference, vs spconv's own indice pairs (random and the Waymo
 voxelization from traveller59/spconv@263d6b4:test/data/test_spconv.pkl), properties, invalid inputs, opcheck,
 CUDA."""
+import itertools
 import pickle
 
 import pytest
@@ -37,6 +38,22 @@ def nbr_codes(nbr, dump, num_out):
     """Sorted codes of the non-dump entries of a neighbour map's first ``num_out`` rows."""
     o, k = torch.nonzero(nbr[:num_out] != dump, as_tuple=True)
     return pair_codes(nbr[o, k], o, k, nbr.shape[1], num_out)
+
+
+def brute_force_nbr(coors, n, out_cells, dump):
+    """(Vout, K) neighbour map by comparing every queried cell with every valid voxel (O(Vout * K * n))."""
+    if n == 0:
+        return torch.full(out_cells.shape[:2], dump)
+    match = (out_cells[:, :, None, :] == coors[None, None, :n, :]).all(-1)  # (Vout, K, n)
+    return torch.where(match.any(-1), match.long().argmax(-1), torch.full(match.shape[:2], dump))
+
+
+def kernel_cells(cells, kernel, scale, shift):
+    """(V, K, 4) cells ``c * scale + shift_k`` for every kernel offset (itertools.product order), batch kept."""
+    kidx = torch.tensor(list(itertools.product(*(range(k) for k in kernel))))
+    out = cells[:, None, :].repeat(1, kidx.shape[0], 1)
+    out[..., 1:] = out[..., 1:] * scale + shift(kidx)
+    return out
 
 
 def assert_conv_equal(res, ref):
@@ -204,6 +221,8 @@ def test_properties(nz, ny, nx, density, pad, geometry, seed):
     assert torch.equal(nbr[nbr[i, kk], 26 - kk], i)
     assert bool((nbr[n:] == vmax).all())
     assert torch.equal(nbr, rulebook_subm_reference(coors, n, shape, [3] * 3, [1] * 3))
+    cells = kernel_cells(coors[:n], (3, 3, 3), 1, lambda kidx: kidx - 1)
+    assert torch.equal(nbr[:n], brute_force_nbr(coors, n, cells, vmax))
     # strided: sorted unique outputs, each reading at least one voxel; the inverse transposes the pairs
     if min(reference.conv_output_shape(shape, [k] * 3, [s] * 3, [p] * 3, [d] * 3)) < 1:
         with pytest.raises(ValueError, match='empty output grid'):
@@ -218,6 +237,14 @@ def test_properties(nz, ny, nx, density, pad, geometry, seed):
     assert bool((key[1:] > key[:-1]).all())
     assert bool((res.nbr[:m] < vmax).any(1).all()) and bool((res.nbr[m:] == vmax).all())
     assert_conv_equal(res, rulebook_conv_reference(coors, n, shape, [k] * 3, [s] * 3, [p] * 3, [d] * 3, bound))
+    cells = kernel_cells(out, (k, k, k), s, lambda kidx: kidx * d - p)
+    assert torch.equal(res.nbr[:m], brute_force_nbr(coors, n, cells, vmax))
+    # brute-force output set: every cell o with o * s - p + k * d on a voxel, inside the output grid
+    grid = reference.conv_output_shape(shape, [k] * 3, [s] * 3, [p] * 3, [d] * 3)
+    every = torch.stack(torch.meshgrid(torch.arange(2), *(torch.arange(g) for g in grid), indexing='ij'), -1)
+    every = every.view(-1, 4)
+    hit = (brute_force_nbr(coors, n, kernel_cells(every, (k, k, k), s, lambda kidx: kidx * d - p), vmax) < vmax)
+    assert torch.equal(every[hit.any(1)], out)  # meshgrid order is the (b, z, y, x) key order
     inv = rulebook_inverse(res.nbr, vmax)
     o, kk = torch.nonzero(res.nbr != vmax, as_tuple=True)
     assert torch.equal(inv[res.nbr[o, kk], kk], o)
@@ -288,16 +315,16 @@ def test_inverse_rejects_conflicting_pairs():
 
 def test_cpp_checks_guard_direct_calls():
     """The raw ops validate too (no crash on bad input that skips the Python wrapper)."""
-    ops = torch.ops.fsdlite
+    ops, grid = torch.ops.fsdlite, list(SHAPE)
     coors = torch.tensor([[0, 1, 2, 3], [0, 9, 9, 9]])
     with pytest.raises(RuntimeError, match=r'coors\[:num_valid, 1\] \(z\) must lie in \[0, 6\)'):
-        ops.rulebook_subm(coors, torch.tensor(2), list(SHAPE), [3] * 3, [1] * 3)
+        ops.rulebook_subm(coors, torch.tensor(2), grid, [3] * 3, [1] * 3)
     with pytest.raises(RuntimeError, match='num_valid must lie in'):
-        ops.rulebook_subm(coors, torch.tensor(3), list(SHAPE), [3] * 3, [1] * 3)
+        ops.rulebook_subm(coors, torch.tensor(3), grid, [3] * 3, [1] * 3)
     with pytest.raises(RuntimeError, match='must be odd'):
-        ops.rulebook_subm(coors, torch.tensor(1), list(SHAPE), [2] * 3, [1] * 3)
+        ops.rulebook_subm(coors, torch.tensor(1), grid, [2] * 3, [1] * 3)
     with pytest.raises(RuntimeError, match='max_out must lie in'):
-        ops.rulebook_conv(coors, torch.tensor(1), list(SHAPE), [3] * 3, [2] * 3, [1] * 3, [1] * 3, -1)
+        ops.rulebook_conv(coors, torch.tensor(1), grid, [3] * 3, [2] * 3, [1] * 3, [1] * 3, -1)
     with pytest.raises(RuntimeError, match=r'nbr \(rows of the strided'):
         ops.rulebook_inverse(torch.tensor([[5]]), 2)
     with pytest.raises(RuntimeError, match='more than 2'):
@@ -318,12 +345,13 @@ def test_opcheck():
 # ------------------------------------------------------------------------------------------------- CUDA
 @pytest.mark.cuda
 def test_cuda_matches_cpu():
-    coors, n = random_voxels((30, 60, 60), batches=3, density=0.1, seed=5)
+    grid = (30, 60, 60)
+    coors, n = random_voxels(grid, batches=3, density=0.1, seed=5)
     nv = torch.tensor(n)
-    assert torch.equal(rulebook_subm(coors.cuda(), nv.cuda(), (30, 60, 60)).cpu(), rulebook_subm(coors, n, (30, 60, 60)))
+    assert torch.equal(rulebook_subm(coors.cuda(), nv.cuda(), grid).cpu(), rulebook_subm(coors, n, grid))
     for k, s, p, d, bound in [(3, 2, 1, 1, n), (2, 2, 0, 1, n), (3, 1, 1, 2, n // 3)]:
-        gpu = rulebook_conv(coors.cuda(), n, (30, 60, 60), k, s, p, d, max_out=bound)
-        cpu = rulebook_conv(coors, n, (30, 60, 60), k, s, p, d, max_out=bound)
+        gpu = rulebook_conv(coors.cuda(), n, grid, k, s, p, d, max_out=bound)
+        cpu = rulebook_conv(coors, n, grid, k, s, p, d, max_out=bound)
         assert_conv_equal(ConvRulebook(*(t.cpu() for t in gpu)), cpu)
         assert torch.equal(rulebook_inverse(gpu.nbr, coors.shape[0]).cpu(), rulebook_inverse(cpu.nbr, coors.shape[0]))
 
