@@ -51,6 +51,15 @@ class FSDLite(SparseDetectorBase):
     def instance_bound_names(self):
         return ['max_clusters', 'max_cc_iters']
 
+    def measure_instance_bounds(self, inputs, fg, inst):
+        """Clusters of the dynamic grouping and the label-propagation iterations they need."""
+        p = fg.centre.shape[0]
+        iters = 0
+        if p:
+            iters = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, p, inputs['batch_size'], p,
+                                 None)[1]
+        return dict(max_clusters=int(inst.feats.shape[0]), max_cc_iters=int(iters))
+
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""
         from fsdlite.ops import segment_reduce

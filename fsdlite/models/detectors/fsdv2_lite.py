@@ -72,6 +72,9 @@ class FSDv2Lite(SparseDetectorBase):
     def instance_bound_names(self):
         return [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
 
+    def unet_bounds(self):
+        return dict(super().unet_bounds(), max_virtual_voxels=self.mixer)
+
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points."""
         with stage('virtual_voxels'):

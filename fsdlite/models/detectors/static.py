@@ -209,6 +209,50 @@ class StaticDetectorMixin:
         return self.to_samples(boxes[keep], scores[keep], labels[keep], batch[keep], inputs['batch_size'],
                                data_samples)
 
+    # ------------------------------------------------------------------------------------- bound measurement
+    def unet_bounds(self):
+        """``bound name -> SparseUNet`` whose levels the bound covers (measured by :meth:`measure_bounds`)."""
+        return dict(max_voxels=self.backbone)
+
+    @torch.no_grad()
+    def measure_bounds(self, inputs):
+        """Sizes the fixed-shape path needs for this preprocessed batch, measured on the dynamic data path.
+
+        The voxel count of every UNet level comes from the spconv stages (as spconv's ``record_voxel_count``),
+        foreground counts from the sampler, instance counts from the instance stage, box counts from the
+        score threshold.  Used by ``tools/collect_bounds.py``.
+
+        Returns:
+            dict: name -> int or list of ints (the names of :meth:`bound_spec`).
+        """
+        c, spec = self.num_classes, self.bound_spec()
+        needed = {k: ([0] * n if n else 0) for k, n in spec.items()}
+        needed['max_points'] = int(inputs['points'].shape[0])
+        counts, hooks = {}, []
+        for name, unet in self.unet_bounds().items():
+            counts[name] = [0] * len(unet.encoder)
+            for s, enc in enumerate(unet.encoder):
+                def hook(module, args, out, name=name, s=s):
+                    counts[name][s] = int(out.indices.shape[0])
+                hooks.append(enc.register_forward_hook(hook))
+        try:
+            if inputs['voxel_coors'].shape[0]:
+                _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
+                per = torch.bincount(fg.batch * c + fg.class_id, minlength=inputs['batch_size'] * c)
+                needed['max_fg_points'] = per.view(-1, c).max(0).values.tolist()
+                scores = self.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)[1]
+                needed['max_boxes'] = int((scores > self.bbox_head.test_cfg['score_thr']).sum())
+                needed.update(self.measure_instance_bounds(inputs, fg, inst))
+                needed.update(counts)
+        finally:
+            for h in hooks:
+                h.remove()
+        return needed
+
+    def measure_instance_bounds(self, inputs, fg, inst):
+        """The detector's own scalar bounds for :meth:`measure_bounds` (from its dynamic foreground/instances)."""
+        return {}
+
     def static_graph(self, batch_size=1):
         """The fixed-shape forward as a module with flat tensor inputs and outputs (:class:`StaticGraph`, export)."""
         self._require_bounds()

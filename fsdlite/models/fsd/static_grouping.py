@@ -51,8 +51,8 @@ def link_window(assigner, num_z, device):
     Two cell means ``d`` cells apart along x are more than ``(d - 1) * vx`` apart, so links need
     ``d <= ceil(connected_dist / vx)`` (largest over classes; the exact distance test follows).
     """
-    ratio = assigner.connected_dist[:, None] / assigner.voxel_size[:, :2]
-    rx, ry = (int(math.ceil(float(v))) for v in ratio.max(dim=0).values)
+    sizes, dists = assigner.voxel_size.tolist(), assigner.connected_dist.tolist()  # Python numbers (graph constants)
+    rx, ry = (max(int(math.ceil(d / size[axis])) for d, size in zip(dists, sizes)) for axis in (0, 1))
     axes = [torch.arange(-(num_z - 1), num_z, device=device), torch.arange(-ry, ry + 1, device=device),
             torch.arange(-rx, rx + 1, device=device)]
     offsets = torch.stack(torch.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
