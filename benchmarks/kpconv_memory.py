@@ -6,7 +6,8 @@ parameters) is measured.  Problem: N points uniform in a unit cube, stored in Mo
 KPDataPreprocessor stores every level (``--order random`` for the cache-hostile worst case), radius
 neighbourhoods from ``fsdlite.ops.radius_neighbors`` truncated to H, K = 15 kernel points, C -> C.
 KPConv uses KPConv-PyTorch's rigid setting (linear influence, sigma = 0.48 r, sum over kernel
-points); KPInv / KPConvX use KPConvX's (nearest kernel point, linear influence, sigma = r).
+points); KPInv / KPConvX use KPConvX's (nearest kernel point, linear influence, sigma = r) and the
+layers' defaults (KPInv: 16 channels per generated weight, GroupNorm + sigmoid; KPConvX: 8).
 
     python benchmarks/kpconv_memory.py [--quick] [--threads N] [--channels 64 128]
 

@@ -11,7 +11,7 @@ through :func:`fsdlite.ops.kp_aggregate` (``impl='fused'``) or its reference (``
   ``weight_act`` none / sigmoid / tanh / softmax (over the K kernel points).
 
 W (``groups``) weights per kernel point, each shared by ``channels_per_group = C / W`` channels
-(default 8 channels per weight).
+(default: 16 for KPInv as the original point involution, 8 for KPConvX; fewer on narrow layers).
 Defaults follow KPConvX: nearest-kernel-point aggregation with linear influence.
 """
 import math
@@ -27,9 +27,10 @@ from .kp_base import KernelPointLayer, center_features, ops, references, resolve
 WEIGHT_ACTS = ('none', 'sigmoid', 'tanh', 'softmax')
 
 
-def default_channels_per_group(channels):
-    """8 channels per generated weight, fewer when that would leave < 2 weights per kernel point."""
-    cpg = 8
+def default_channels_per_group(channels, preferred=8):
+    """``preferred`` channels per generated weight, halved while that would leave < 2 weights per
+    kernel point (or not divide the channels)."""
+    cpg = preferred
     while cpg > 1 and (channels % cpg or channels // cpg < 2):
         cpg //= 2
     return cpg
@@ -37,6 +38,10 @@ def default_channels_per_group(channels):
 
 class _KPAggregateLayer(KernelPointLayer):
     """Base: a C -> C layer built on kp_aggregate."""
+
+    #: fsdlite.slim: the depthwise kernel (K, C) of KPConvD / KPConvX carries the channels on dim 1 (traced
+    #: through fsdlite.ops.kp_aggregate; the attention / generator layers slim as ordinary Linear layers).
+    slim_spec = dict(kind='params', params={'weights': 1})
 
     def __init__(self, channels=None, in_channels=None, out_channels=None, kernel_size=15, radius=1.0, sigma=None,
                  influence='linear', aggregation='nearest', impl='fused', **kernel_cfg):
@@ -117,7 +122,8 @@ class KPInv(_KPAggregateLayer):
 
     Args:
         channels (int): C.
-        groups / channels_per_group (int): W generated weights per kernel point, or C / W.
+        groups / channels_per_group (int): W generated weights per kernel point, or C / W
+            (default 16 channels per weight, the original point involution's group size).
         reduction (int): hidden width of the generator is C / reduction.
         generator_norm (dict, optional): norm inside the generator (None: none, the fixed design;
             ``dict(type='BN1d', momentum=0.98)`` reproduces the original ablation).
@@ -131,7 +137,7 @@ class KPInv(_KPAggregateLayer):
                  weight_norm=True, weight_act='sigmoid', **kwargs):
         super().__init__(channels, **kwargs)
         if groups is None and channels_per_group is None:
-            channels_per_group = default_channels_per_group(self.channels)
+            channels_per_group = default_channels_per_group(self.channels, preferred=16)
         if weight_act not in WEIGHT_ACTS:
             raise ValueError(f'KPInv: weight_act must be one of {list(WEIGHT_ACTS)}, got {weight_act!r}')
         if not (isinstance(reduction, int) and reduction >= 1 and self.channels // reduction >= 1):
