@@ -1,0 +1,162 @@
+#!/usr/bin/env python
+"""Measure the fixed-shape bounds of an FSD-lite / FSDv2-lite config on a dataset and print a config snippet.
+
+Runs the **dynamic** model's data path frame by frame (one frame per forward, as deployed) and records what the
+static mode would need (``model.measure_bounds``: points, voxels per UNet level as spconv's
+``record_voxel_count`` does, foreground points per class, clusters and label-propagation iterations /
+virtual voxels per mixer level, boxes before NMS), then prints the maxima and ``bounds = dict(...)`` scaled by
+``--margin``::
+
+    python tools/collect_bounds.py configs/fsd/fsdlite_synthetic.py --num-frames 50 --checkpoint work.pth
+
+Foreground, cluster and box counts depend on the weights: pass the trained ``--checkpoint`` (without one the
+model has random weights and the output says so).  Per-class foreground bounds are capped at the sampler's
+``max_per_class`` budget (the static path never selects more).
+"""
+import argparse
+import math
+import os.path as osp
+import sys
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+import torch  # noqa: E402
+from mmengine.config import DictAction  # noqa: E402
+from mmengine.dataset import pseudo_collate  # noqa: E402
+from mmengine.utils import ProgressBar  # noqa: E402
+
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import load_config, require_file  # noqa: E402
+from fsdlite.registry import DATASETS, MODELS  # noqa: E402
+from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+
+SPLITS = ('train', 'val', 'test')
+
+
+def parse_args(argv=None):
+    """Command-line options; returns ``(parser, args)``."""
+    parser = argparse.ArgumentParser(description='Measure fixed-shape bounds of an FSD-lite / FSDv2-lite config')
+    parser.add_argument('config', help='model config (FSDLite / FSDv2Lite) with a dataloader')
+    parser.add_argument('--num-frames', type=int, default=None, help='frames to measure (default: all)')
+    parser.add_argument('--margin', type=float, default=1.2, help='factor applied to the measured maxima (>= 1)')
+    parser.add_argument('--split', choices=SPLITS, default='val', help='dataloader whose dataset is measured')
+    parser.add_argument('--checkpoint', default=None, help='trained weights (default: random weights, seed 0)')
+    parser.add_argument('--out', default=None, help='also write the snippet to this file')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config entries, e.g. val_dataloader.dataset.num_frames=10 (keys must exist)')
+    args = parser.parse_args(argv)
+    if args.margin < 1:
+        parser.error(f'--margin must be >= 1, got {args.margin}')
+    if args.num_frames is not None and args.num_frames < 1:
+        parser.error(f'--num-frames must be >= 1, got {args.num_frames}')
+    return parser, args
+
+
+def build_model(cfg, checkpoint):
+    """The config's model in dynamic mode (eval), with the checkpoint's weights or seeded random ones."""
+    model_cfg = dict(cfg.model.to_dict() if hasattr(cfg.model, 'to_dict') else cfg.model)
+    model_cfg.pop('static', None)  # measure on the dynamic path; existing bounds play no part
+    model_cfg.pop('bounds', None)
+    torch.manual_seed(0)
+    model = MODELS.build(model_cfg)
+    if not hasattr(model, 'measure_bounds'):
+        raise ToolError(f'{type(model).__name__} has no fixed-shape bounds (expected FSDLite or FSDv2Lite)')
+    if checkpoint is not None:
+        from mmengine.runner import load_checkpoint
+        load_checkpoint(model, require_file(checkpoint, 'checkpoint'), map_location='cpu', strict=True)
+    return model.eval()
+
+
+def build_dataset(cfg, split):
+    loader = cfg.get(f'{split}_dataloader')
+    if not loader or 'dataset' not in loader:
+        raise ToolError(f'the config has no {split}_dataloader.dataset to measure')
+    return DATASETS.build(loader['dataset'])
+
+
+def merge_max(acc, needed):
+    """Elementwise maximum of two ``name -> int | list`` dicts (acc may be empty)."""
+    for key, value in needed.items():
+        old = acc.get(key)
+        if old is None:
+            acc[key] = value
+        elif isinstance(value, list):
+            acc[key] = [max(a, b) for a, b in zip(old, value)]
+        else:
+            acc[key] = max(old, value)
+    return acc
+
+
+def recommend(maxima, margin, budgets):
+    """Bounds from the maxima: ``ceil(max * margin)`` (at least 1); foreground bounds capped at the budgets."""
+    def scale(v):
+        return max(int(math.ceil(v * margin - 1e-9)), 1)
+
+    out = {}
+    for key, value in maxima.items():
+        if isinstance(value, list):
+            out[key] = [scale(v) for v in value]
+        else:
+            out[key] = scale(value)
+    out['max_fg_points'] = [min(v, b) for v, b in zip(out['max_fg_points'], budgets)]
+    return out
+
+
+def snippet(bounds):
+    """``bounds = dict(...)`` as Python config text."""
+    items = ', '.join(f'{k}={v!r}' for k, v in bounds.items())
+    return f'bounds = dict({items})'
+
+
+def collect(model, dataset, num_frames):
+    """Measure ``num_frames`` frames; returns (maxima, per-frame list of needed dicts)."""
+    frames = len(dataset) if num_frames is None else min(num_frames, len(dataset))
+    if frames == 0:
+        raise ToolError('the dataset has no frames')
+    maxima, history = {}, []
+    bar = ProgressBar(frames)
+    for i in range(frames):
+        batch = model.data_preprocessor(pseudo_collate([dataset[i]]), False)
+        needed = model.measure_bounds(batch['inputs'])
+        history.append(needed)
+        merge_max(maxima, needed)
+        bar.update()
+    print()
+    return maxima, history
+
+
+def main(argv=None):
+    """Run the tool; returns the recommended bounds dict (set-up errors exit with status 2)."""
+    parser, args = parse_args(argv)
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+        model = build_model(cfg, args.checkpoint)
+        dataset = build_dataset(cfg, args.split)
+        maxima, history = collect(model, dataset, args.num_frames)
+    except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
+        parser.exit(2, f'{parser.prog}: error: {exc}\n')
+    bounds = recommend(maxima, args.margin, model.fg_sampler.max_per_class)
+    weights = f'checkpoint {args.checkpoint}' if args.checkpoint else \
+        'RANDOM weights (seed 0): foreground / cluster / box counts are not those of a trained model'
+    print(f'{type(model).__name__} on {len(history)} frame(s) of {args.split}_dataloader.dataset, {weights}')
+    print(f'{"bound":<20}  {"max":<28}  mean')
+    for key, value in maxima.items():
+        values = [h[key] for h in history]
+        if isinstance(value, list):
+            mean = [round(sum(v[i] for v in values) / len(values), 1) for i in range(len(value))]
+        else:
+            mean = round(sum(values) / len(values), 1)
+        print(f'{key:<20}  {str(value):<28}  {mean}')
+    text = (f'# measured by tools/collect_bounds.py {args.config} on {len(history)} frame(s), margin {args.margin}\n'
+            f'{snippet(bounds)}\n')
+    print(text, end='')
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(text)
+    return bounds
+
+
+if __name__ == '__main__':
+    main()
