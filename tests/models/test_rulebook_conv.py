@@ -246,9 +246,12 @@ def test_build_rulebook_cache_rules_and_bounds():
         build_rulebook(down, pc, n, SHAPE, cache)
     with pytest.raises(BoundExceededError, match=r'bound max_voxels\[1\] exceeded: needed \d+, allowed 5'):
         build_rulebook(down, pc, n, SHAPE, cache, max_out=5, bound_name='max_voxels[1]')
-    build_rulebook(down, pc, n, SHAPE, cache, max_out=n)
-    with pytest.raises(ValueError, match="indice_key 'd2' is already used"):
-        build_rulebook(down, pc, n, SHAPE, cache, max_out=n)
+    strided = build_rulebook(down, pc, n, SHAPE, cache, max_out=n)
+    assert build_rulebook(down, pc, n, SHAPE, cache, max_out=n) is strided  # a second pass reuses the cache
+    with pytest.raises(ValueError, match="indice_key 'd2' is shared by layers with different input voxels"):
+        build_rulebook(down, strided.out_coors, strided.num_valid_out, strided.out_spatial_shape, cache, max_out=n)
+    with pytest.raises(ValueError, match="indice_key 'd2' is shared by layers of different geometry"):
+        build_rulebook(RulebookSparseConv3d(4, 4, 3, 1, 1, indice_key='d2'), pc, n, SHAPE, cache, max_out=n)
     with pytest.raises(KeyError, match="indice_key 'zz' needs the rulebook of the strided conv"):
         build_rulebook(RulebookSparseConv3d(4, 4, 3, inverse=True, indice_key='zz'), pc, n, SHAPE, cache)
     with pytest.raises(ValueError, match='an inverse conv needs the indice_key'):

@@ -170,13 +170,22 @@ def _same_geometry(a, b):
     return (a.kernel_size, a.stride, a.padding, a.dilation) == (b.kernel_size, b.stride, b.padding, b.dilation)
 
 
+def _same_voxels(entry, coors, num_valid, spatial_shape):
+    n = int(num_valid)
+    return (tuple(int(v) for v in spatial_shape) == tuple(entry.in_spatial_shape) and n == int(entry.in_num_valid)
+            and entry.in_coors.shape == coors.shape and torch.equal(entry.in_coors[:n], coors[:n]))
+
+
 def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=None, bound_name='max_voxels',
                   ops=None):
     """Neighbour map and output voxels of a sparse conv layer on padded voxels.
 
-    Reuse follows spconv's ``indice_key``: submanifold layers with the same key share the map (same geometry
-    required); an inverse conv uses the entry of the strided conv with its key (its outputs are that conv's
-    input voxels); a strided conv's key must be new. Layers without a key are never cached.
+    Reuse follows spconv's ``indice_key``: layers with the same key share the map (same geometry and, checked
+    in eager mode, the same input voxels; so a strided conv needs its own key, as in spconv); an inverse conv
+    uses the entry of the strided conv with its key (its outputs are that conv's input voxels). Layers without
+    a key are never cached. A cache filled by one pass can be given to the next one: every layer then finds
+    its map there. Exported graphs take the maps (``Rulebook.nbr``) as tensor inputs, built here in eager mode
+    (the rulebook ops cannot run in a graph), or build them in-graph through an export-safe ``ops``.
 
     Args:
         module: spconv conv or :class:`RulebookSparseConv3d`.
@@ -184,8 +193,7 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
         num_valid (Tensor | int): valid rows.
         spatial_shape (Sequence[int]): input grid (nz, ny, nx).
         cache (dict, optional): ``indice_key -> entry``, filled by this call (pass the same dict for a whole
-            forward pass, like spconv's ``indice_dict``). Entries can be built in eager mode and then given
-            to an exported graph, where the rulebook ops cannot run.
+            forward pass, like spconv's ``indice_dict``).
         max_out (int): output bound of a strided conv (required for kind 'conv').
         bound_name (str): bound name in the overflow error (e.g. ``'max_voxels[2]'``).
         ops (optional): object with ``rulebook_subm``, ``rulebook_conv`` and ``rulebook_inverse`` of the
@@ -199,9 +207,6 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
     g = conv_geometry(module)
     key = g.indice_key
     entry = cache.get(key) if (cache is not None and key is not None) else None
-    if entry is not None and g.kind == 'conv':
-        raise ValueError(f'indice_key {key!r} is already used by a {entry.geometry.kind} layer; a strided conv needs '
-                         'a new key (as in spconv)')
     if g.kind == 'inverse':
         if entry is None or entry.geometry.kind != 'conv':
             raise KeyError(f'inverse conv with indice_key {key!r} needs the rulebook of the strided conv with that key '
@@ -211,8 +216,11 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
         return Rulebook(nbr, entry.in_coors, entry.in_num_valid, entry.in_spatial_shape,
                         torch.zeros((), dtype=torch.long, device=coors.device))
     if entry is not None:
-        if entry.geometry.kind != 'subm' or not _same_geometry(entry.geometry, g):
+        if entry.geometry.kind != g.kind or not _same_geometry(entry.geometry, g):
             raise ValueError(f'indice_key {key!r} is shared by layers of different geometry ({entry.geometry} vs {g})')
+        if not is_exporting() and not _same_voxels(entry, coors, num_valid, spatial_shape):
+            raise ValueError(f'indice_key {key!r} is shared by layers with different input voxels (a strided conv '
+                             'needs a new key, as in spconv)')
         return entry.rulebook
     if ops is None and is_exporting():
         raise RuntimeError(f'the rulebook of layer {type(module).__name__}(indice_key={key!r}) is not in the cache; '
