@@ -12,6 +12,9 @@ Pipeline (all muons at once, float64, reproducible from a :class:`torch.Generato
 4. **reconstruct**: fitted in/out tracks, PoCA, projected scattering angles, displacement at the
    PoCA and a per-muon X0 estimate (Highland inverted over the path through the volume).
 
+Simplifications: no energy loss (the momentum is constant along the track), small-angle projected
+scattering, panels larger than the volume, no scattering outside the passive volume's voxels.
+
 Muons with fewer than two hits on a side are *undetected*; muons whose PoCA lies outside the
 passive volume are *outside*.  Both are counted in the returned ``counts``, never silently lost.
 """
