@@ -5,7 +5,6 @@ Each configuration is one layer on real voxels (the V voxels nearest to the sens
 
 * ``spconv``        -- spconv ``SubMConv3d`` / ``SparseConv3d`` forward (Native CPU; indice pairs + conv);
 * ``rulebook op``   -- building the neighbour map with ``fsdlite.ops`` (what runs before the graph);
-* ``torch pairs``   -- ``rulebook_conv`` per offset on the rows that have a neighbour (eager default; conv only);
 * ``torch matmul``  -- ``rulebook_conv`` as one (V, K*C) @ (K*C, C) product (conv only);
 * ``torch loop``    -- ``rulebook_conv`` as K gathered products (conv only);
 * ``ort matmul`` / ``ort loop`` -- the same graphs exported to ONNX (opset 18), run in ONNX Runtime.
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 from op_cases.rulebook import voxel_set  # noqa: E402
 
-VARIANTS = ('spconv', 'rulebook op', 'torch pairs', 'torch matmul', 'torch loop', 'ort matmul', 'ort loop')
+VARIANTS = ('spconv', 'rulebook op', 'torch matmul', 'torch loop', 'ort matmul', 'ort loop')
 GEOMETRY = {'subm': dict(kernel_size=3, subm=True), 'conv': dict(kernel_size=3, stride=2, padding=1)}
 
 

@@ -179,7 +179,7 @@ def test_gradcheck_float64():
                                         dtype=torch.float64)
     conv = RulebookSparseConv3d(2, 2, 3, 2, 1, indice_key='g').double()
     rb = build_rulebook(conv, pc, coors.shape[0], (3, 3, 4), max_out=12)
-    for mode in ('matmul', 'loop', 'pairs'):
+    for mode in ('matmul', 'loop'):
         assert torch.autograd.gradcheck(lambda x, w, b: rulebook_conv(x, rb.nbr, w, b, mode=mode),
                                         (pf.clone().requires_grad_(), conv.weight.detach().clone().requires_grad_(),
                                          conv.bias.detach().clone().requires_grad_()))
@@ -191,18 +191,8 @@ def test_modes_agree(subm):
     conv = RulebookSparseConv3d(8, 16, 3, 1 if subm else 2, 0 if subm else 1, subm=subm)
     nbr = build_rulebook(conv, pc, coors.shape[0], SHAPE, max_out=coors.shape[0]).nbr
     expected = conv(pf, nbr, mode='matmul')
-    for mode in ('loop', 'pairs', 'auto'):
+    for mode in ('loop', 'auto'):
         torch.testing.assert_close(conv(pf, nbr, mode=mode), expected, rtol=1e-5, atol=1e-5)
-
-
-def test_pairs_mode_refuses_export():
-    class Pairs(torch.nn.Module):
-        def forward(self, x, nbr, w):
-            return rulebook_conv(x, nbr, w, mode='pairs')
-
-    args = (torch.zeros(3, 2), torch.zeros(2, 27, dtype=torch.long), torch.zeros(4, 3, 3, 3, 2))
-    with pytest.raises(ValueError, match="mode 'pairs' has data-dependent shapes"):
-        torch.export.export(Pairs(), args)
 
 
 # ------------------------------------------------------------------------------------------ state_dict
@@ -268,7 +258,7 @@ def test_rulebook_conv_invalid_arguments():
         rulebook_conv(torch.zeros(4, 2), torch.zeros(4, 9, dtype=torch.long), w)
     with pytest.raises(ValueError, match=r'nbr contains 5, expected rows in \[0, 4\]'):
         rulebook_conv(torch.zeros(4, 2), torch.full((1, 27), 5), w)
-    with pytest.raises(ValueError, match="mode must be 'auto', 'matmul', 'loop' or 'pairs'"):
+    with pytest.raises(ValueError, match="mode must be 'auto', 'matmul' or 'loop'"):
         rulebook_conv(torch.zeros(4, 2), torch.zeros(1, 27, dtype=torch.long), w, mode='fast')
 
 

@@ -71,10 +71,9 @@ def rulebook_conv(feats, nbr, weight, bias=None, one_by_one=False, mode='auto'):
         bias (Tensor, optional): (Cout,).
         one_by_one (bool): spconv's 1x1 path (``feats @ weight.view(Cin, Cout)``).
         mode (str): 'matmul' (one (Vout, K*Cin) @ (K*Cin, Cout) product), 'loop' (K accumulated products,
-            less memory), 'pairs' (per offset, only the rows with a neighbour: gather-GEMM-scatter as spconv;
-            data-dependent shapes, eager only) or 'auto': 'pairs' in eager mode; while exporting 'matmul' when
-            the gathered (Vout, K, Cin) buffer is <= 64 MiB, else 'loop'. All modes compute the same sums
-            (float rounding aside).
+            less memory) or 'auto' (matmul when the gathered (Vout, K, Cin) buffer is <= 64 MiB). Both compute
+            the same sums (float rounding aside). A per-offset gather-GEMM-scatter over the existing pairs only
+            (spconv's scheme, data-dependent shapes) was measured 2-3x slower on CPU than both and is not offered.
     Returns:
         Tensor: (Vout, Cout).
     """
@@ -85,13 +84,9 @@ def rulebook_conv(feats, nbr, weight, bias=None, one_by_one=False, mode='auto'):
     if nbr.dim() != 2 or nbr.shape[1] != kv:
         raise ValueError(f'rulebook_conv: nbr must have shape (Vout, {kv}) for kernel {tuple(weight.shape[1:-1])}, '
                          f'got {tuple(nbr.shape)}')
-    if mode not in ('auto', 'matmul', 'loop', 'pairs'):
-        raise ValueError(f"rulebook_conv: mode must be 'auto', 'matmul', 'loop' or 'pairs', got {mode!r}")
-    exporting = is_exporting()
-    if mode == 'pairs' and exporting:
-        raise ValueError("rulebook_conv: mode 'pairs' has data-dependent shapes; use 'matmul', 'loop' or 'auto' "
-                         'when exporting')
-    if nbr.numel() and not exporting:
+    if mode not in ('auto', 'matmul', 'loop'):
+        raise ValueError(f"rulebook_conv: mode must be 'auto', 'matmul' or 'loop', got {mode!r}")
+    if nbr.numel() and not is_exporting():
         lo, hi = int(nbr.min()), int(nbr.max())
         if lo < 0 or hi > feats.shape[0]:
             raise ValueError(f'rulebook_conv: nbr contains {lo if lo < 0 else hi}, expected rows in '
@@ -99,24 +94,16 @@ def rulebook_conv(feats, nbr, weight, bias=None, one_by_one=False, mode='auto'):
     x = torch.cat([feats, feats.new_zeros(1, cin)], 0)
     vout = nbr.shape[0]
     if mode == 'auto':
-        mode = 'pairs' if not exporting else (
-            'matmul' if vout * kv * cin * feats.element_size() <= 64 * 2 ** 20 else 'loop')
+        mode = 'matmul' if vout * kv * cin * feats.element_size() <= 64 * 2 ** 20 else 'loop'
     # (Cin, K, Cout): W_k = w[:, k]
     w = weight.reshape(cin, 1, cout) if one_by_one else weight.reshape(cout, kv, cin).transpose(0, 2)
     if mode == 'matmul':
         gathered = x.index_select(0, nbr.reshape(-1)).view(vout, kv * cin)
         out = gathered @ w.transpose(0, 1).reshape(kv * cin, cout)
-    elif mode == 'loop':
+    else:
         out = feats.new_zeros(vout, cout)
         for k in range(kv):
             out = out + x.index_select(0, nbr[:, k]) @ w[:, k]
-    else:
-        out = feats.new_zeros(vout, cout)
-        has = nbr != feats.shape[0]
-        for k in range(kv):
-            rows = has[:, k].nonzero().squeeze(1)
-            if rows.numel():
-                out = out.index_add(0, rows, x.index_select(0, nbr[:, k].index_select(0, rows)) @ w[:, k])
     return out if bias is None else out + bias
 
 
