@@ -32,6 +32,11 @@ class KPConv(KernelPointLayer):
     Forward: ``(q_pts (M, 3), s_pts (N, 3), neighbors (M, H), x (N, C1)) -> (M, C2)``.
     """
 
+    #: fsdlite.slim: input channels index dim 1 of the (K, C1, C2) kernel (and of the offset conv's), output
+    #: channels dim 2 and the bias; the features are forward argument 3.
+    slim_spec = dict(kind='producer', in_params={'weights': 1, 'offset_conv.weights': 1},
+                     out_params={'weights': 2, 'bias': 0}, input_arg=3)
+
     def __init__(self, in_channels, out_channels, kernel_size=15, radius=1.0, sigma=None, influence='linear',
                  aggregation='sum', deformable=False, modulated=False, repulse_extent=1.2, bias=False, impl='fused',
                  **kernel_cfg):

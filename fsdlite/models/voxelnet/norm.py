@@ -28,6 +28,10 @@ class FeatureStandardizer(nn.Module):
         (..., F) -> (..., F) with them.
     """
 
+    #: fsdlite.slim: a per-channel layer over the last dimension.
+    slim_spec = dict(kind='channelwise', params={'weight': 0, 'bias': 0, 'running_mean': 0, 'running_var': 0},
+                     channel_dim=-1)
+
     def __init__(self, num_features, log_features=(), log_eps=1e-6, momentum=0.1, eps=1e-5,
                  stats_chunk_rows=1 << 20):
         super().__init__()

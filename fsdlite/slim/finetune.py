@@ -1,0 +1,65 @@
+"""Fine-tuning and evaluation of a (slimmed) model with the config's own training schedule (mmengine Runner)."""
+import copy
+import os.path as osp
+
+from mmengine.config import Config
+
+
+def rescale_schedule(cfg, iters):
+    """Run the config's schedule in ``iters`` iterations: ``max_iters`` and every scheduler milestone
+    (``begin``/``end``/``T_max``/``milestones``, iteration-based) scaled by ``iters / max_iters``."""
+    old = int(cfg.train_cfg.get('max_iters') or iters)
+    scale = iters / max(old, 1)
+    cfg.train_cfg.max_iters = iters
+    if 'max_iters' in cfg:
+        cfg.max_iters = iters
+    schedulers = cfg.get('param_scheduler') or []
+    for sched in (schedulers if isinstance(schedulers, (list, tuple)) else [schedulers]):
+        for key in ('begin', 'end', 'T_max'):
+            if isinstance(sched.get(key), int):
+                sched[key] = max(1, round(sched[key] * scale)) if sched[key] else 0
+        if isinstance(sched.get('milestones'), (list, tuple)):
+            sched['milestones'] = [max(1, round(m * scale)) for m in sched['milestones']]
+    return cfg
+
+
+def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None):
+    """Train ``config_path`` from ``checkpoint`` for ``iters`` iterations of its (rescaled) schedule.
+
+    Validation during training is switched off (evaluate afterwards with :func:`evaluate`); hooks keep
+    their settings. Returns the path of the final checkpoint.
+    """
+    from fsdlite.engine.tool_setup import build_runner, prepare_runner_cfg
+
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f'--finetune expects a positive number of iterations, got {iters!r}')
+    cfg = Config.fromfile(config_path)
+    if cfg_options:
+        cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    prepare_runner_cfg(cfg, config_path, work_dir)
+    rescale_schedule(cfg, iters)
+    cfg.train_cfg.val_interval = iters
+    cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    cfg.load_from, cfg.resume = checkpoint, False
+    hooks = cfg.setdefault('default_hooks', {})
+    hooks['checkpoint'] = dict(type='CheckpointHook', by_epoch=False, interval=iters, max_keep_ckpts=1,
+                               save_last=True, save_optimizer=False, save_param_scheduler=False)
+    build_runner(cfg).train()
+    return osp.join(work_dir, f'iter_{iters}.pth')
+
+
+def evaluate(config_path, checkpoint, work_dir, cfg_options=None, split='test'):
+    """Metrics of ``checkpoint`` on the config's ``split`` set ('val' or 'test') through the Runner."""
+    from fsdlite.engine.tool_setup import build_runner, prepare_runner_cfg
+
+    cfg = Config.fromfile(config_path)
+    if cfg_options:
+        cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    prepare_runner_cfg(cfg, config_path, work_dir)
+    if split == 'val':
+        cfg.test_dataloader, cfg.test_evaluator = cfg.val_dataloader, cfg.val_evaluator
+    cfg.load_from, cfg.resume = checkpoint, False
+    return dict(build_runner(cfg).test())
+
+
+__all__ = ['rescale_schedule', 'finetune', 'evaluate']
