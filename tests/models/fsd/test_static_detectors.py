@@ -239,3 +239,23 @@ def test_static_empty_cloud(kit, name):
     with torch.no_grad():
         samples = model(**model.data_preprocessor(data, False), mode='predict')
     assert [s.pred_instances_3d.bboxes_3d.shape for s in samples] == [(0, 7), (0, 7)]
+
+
+STATIC_CONFIGS = {'configs/fsd/fsdlite_kitti_static.py': 'kitti', 'configs/fsdv2/fsdv2lite_kitti_static.py': 'kitti',
+                  'configs/fsd/fsdlite_synthetic_static.py': None, 'configs/fsdv2/fsdv2lite_synthetic_static.py': None,
+                  'configs/fsd/fsdlite_waymo_range.py': None, 'configs/fsdv2/fsdv2lite_waymo_range.py': None}
+
+
+@pytest.mark.parametrize('path', sorted(STATIC_CONFIGS))
+def test_static_configs_build_and_cover_the_kitti_frame(shared_data, path):
+    from pathlib import Path
+
+    from mmengine.config import Config
+    cfg = Config.fromfile(Path(__file__).resolve().parents[3] / path)
+    model = MODELS.build(cfg.model).eval()
+    assert model.static == path.endswith('_static.py') and set(model.bounds) == set(model.bound_spec())
+    if STATIC_CONFIGS[path] == 'kitti':
+        inputs = model.data_preprocessor(dict(inputs=dict(points=kitti_cloud(shared_data))), False)['inputs']
+        for key, value in model.measure_bounds(inputs).items():
+            bound = model.bounds[key]
+            assert all(v <= b for v, b in zip(value, bound)) if isinstance(value, list) else value <= bound, key

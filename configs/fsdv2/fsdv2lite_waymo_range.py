@@ -1,0 +1,13 @@
+# FSDv2-lite (the default model of fsdv2lite_model.py) over a Waymo-sized range, [-80, 80] m x [-80, 80] m x
+# [-2, 6] m: the grid of spconv's 198k-point benchmark frame (../shared/data/spconv_waymo/benchmark-pc.npz,
+# x, y, z only: a zero intensity column is appended). Used by benchmarks/fsd_latency.py; no dataset.
+# The bounds serve static=True (set model.static=True); they were measured on that frame with random weights
+# and a 1.2 margin (max_boxes rounded up to cover every virtual voxel) -- re-measure with
+# tools/collect_bounds.py and a trained checkpoint for real data.
+_base_ = ['./fsdv2lite_model.py']
+
+point_range = [-80.0, -80.0, -2.0, 80.0, 80.0, 6.0]
+model = dict(
+    point_range=point_range,
+    bounds=dict(max_points=237756, max_voxels=[61737, 46000, 19344], max_fg_points=[4096, 1024, 1024],
+                max_boxes=1024, max_virtual_voxels=[33491, 23187, 8792]))
