@@ -216,6 +216,11 @@ def _plan(graph, state, base_shapes, entries, cfg_d, request, active, names, log
         bad = _mismatches(expected, shapes)
         if not bad:
             return cfg, indices, changes
+        layers = sorted({n.rsplit('.', 1)[0] for n, (e, g) in bad.items() if e is None or g is None})
+        if layers:
+            raise SlimError(f'the slimmed widths build a different set of layers ({", ".join(layers[:4])}'
+                            f'{" ..." if len(layers) > 4 else ""} exist in only one of the models), e.g. a shortcut '
+                            'that exists only when two widths differ; choose other ratios for these stages')
         retarget = False
         for name, (exp, got) in bad.items():
             for d, axis, _, _ in graph.by_param.get(name, ()):
