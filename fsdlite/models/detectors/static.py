@@ -62,11 +62,9 @@ GRAPH_OUTPUTS = ('boxes', 'scores', 'labels', 'batch', 'num_boxes', 'dropped')
 class StaticDetectorMixin:
     """Fixed-shape mode shared by the detectors (see the module docstring).
 
-    Subclasses define ``INSTANCE_BOUNDS`` (name -> number of entries or None for a scalar),
-    :meth:`instance_bound_names` and :meth:`static_instances`.
+    Subclasses define :meth:`instance_bound_spec`, :meth:`instance_bound_names`, :meth:`static_instances` and
+    :meth:`measure_instance_bounds`, and call :meth:`_init_static` at the end of their constructor.
     """
-
-    INSTANCE_BOUNDS = {}
 
     def _init_static(self, static, bounds):
         self.static = bool(static)
@@ -126,7 +124,9 @@ class StaticDetectorMixin:
         Args:
             inputs (dict): output of the data preprocessor (``points``, ``batch``, ``voxel_coors``,
                 ``point2voxel``); its voxelization is the voxel hashing of the pre-ops.
-            strict (bool, optional): raise on overflow (default True in eager mode); False truncates and counts.
+            strict (bool, optional): raise when ``max_points`` / ``max_voxels[0]`` overflow (default True); False
+                truncates and counts them (deploy runtimes). The deeper levels always raise in eager mode (their
+                rulebook op truncates and counts only while exporting).
         Returns:
             StaticInputs
         """

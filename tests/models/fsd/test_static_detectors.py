@@ -200,6 +200,12 @@ def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name)
         monkeypatch.setattr(torch.compiler, '_is_compiling_flag', False)
         recorded.append(rec.ops)
         assert out['dropped'].tolist() == [0] * len(static.graph_bound_names())
+        graph = static.static_graph(batch['batch_size'])  # the export wrapper: flat tensors in and out
+        with torch.no_grad():
+            flat = graph(*si[:6], *si.nbrs)
+        assert len(flat) == len(graph.output_names) and graph.dropped_names == static.graph_bound_names()
+        for name_, value in zip(graph.output_names, flat):
+            assert torch.equal(value, out[name_]), name_
     # same op sequence for one sample and for two different samples: no data-dependent control flow and no
     # Python loop over samples in the fixed-shape forward
     assert recorded[0] == recorded[1] and len(recorded[0]) > 100
