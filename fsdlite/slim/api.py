@@ -1,6 +1,7 @@
 """Config-level entry points used by ``tools/slim.py`` and ``benchmarks/slim.py``.
 
-* :func:`prepare` -- load config + checkpoint + sample, trace and probe once (:class:`~fsdlite.slim.engine.SlimAnalysis`);
+* :func:`prepare` -- load config + checkpoint + sample, trace and probe once
+  (:class:`~fsdlite.slim.engine.SlimAnalysis`);
 * :func:`write_slim` -- slim for one request, write ``<out>/<name>_slim.py`` and ``<name>_slim.pth``, rebuild the
   written config, load the written weights with ``strict=True`` and run it on the sample;
 * :func:`slim_config` -- both;
@@ -41,7 +42,9 @@ def max_abs_diff(a, b):
             return math.inf
         if not a.numel():
             return 0.0
-        return float((a.double() - b.double()).abs().max()) if a.is_floating_point() else float((a != b).any()) * math.inf
+        if not a.is_floating_point():
+            return math.inf if bool((a != b).any()) else 0.0
+        return float((a.double() - b.double()).abs().max())
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return math.inf
@@ -177,4 +180,5 @@ def format_report(costs, baseline='original'):
     return '\n'.join(lines)
 
 
-__all__ = ['SlimOutput', 'Prepared', 'prepare', 'write_slim', 'slim_config', 'cost_report', 'model_cost', 'format_report', 'max_abs_diff']
+__all__ = ['SlimOutput', 'Prepared', 'prepare', 'write_slim', 'slim_config', 'cost_report', 'model_cost',
+           'format_report', 'max_abs_diff']

@@ -64,7 +64,8 @@ def load_state_dict(path):
     ckpt = torch.load(path, map_location='cpu', weights_only=False)
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise SlimError(f'checkpoint {path!r} holds no state dict (expected a dict of tensors or {{"state_dict": ...}})')
+        raise SlimError(f'checkpoint {path!r} holds no state dict (expected a dict of tensors or '
+                        '{"state_dict": ...})')
     return {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
 
 

@@ -162,7 +162,8 @@ class MacCounter(TorchDispatchMode):
 
 
 def count_macs(model, data, mode='predict'):
-    """``(total MACs, per-op Counter, uncounted custom ops Counter)`` of ``model(**data, mode=mode)`` (eval, no grad)."""
+    """``(total MACs, per-op Counter, uncounted custom ops Counter)`` of ``model(**data, mode=mode)``
+    (eval mode, no grad)."""
     counter = MacCounter()
     handles = counter.attach(model)
     was_training = model.training

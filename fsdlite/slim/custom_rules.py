@@ -8,13 +8,6 @@ import torch
 from .rules import _columns, _rows, flat_outputs, is_float, register_op_rule
 
 
-def _set_float_outputs(tracer, out, labels):
-    for o in flat_outputs(out):
-        if is_float(o):
-            tracer.set_label(o, labels if labels is not None else None)
-            return
-
-
 def _columnwise(arg):
     """Output rows reduce/gather rows of ``arg``: output column c carries the labels of ``arg``'s column c."""
 

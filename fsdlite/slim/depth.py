@@ -16,11 +16,12 @@ def apply_depth(model_cfg, depth, base_shapes):
     """Apply ``{stage name: N}`` to ``model_cfg``.
 
     Returns:
-        tuple: the new model config, and a list of removed-parameter-name sets (one per stage request).
+        tuple: the new model config, a list of ``(stage name, removed parameter names)`` and ``{new name: old
+        name}`` of layers that only change position (the output layer of a Sequential after dropped ones).
     Raises:
         SlimError: unknown stage name, N out of range, or a change that does not remove whole blocks.
     """
-    cfg, regions = model_cfg, []
+    cfg, regions, renames = model_cfg, [], {}
     for name, n in depth.items():
         path = parse_path(model_cfg, name)
         if path is None:
@@ -47,12 +48,36 @@ def apply_depth(model_cfg, depth, base_shapes):
                             f'{type(exc).__name__}: {exc}') from exc
         removed = set(base_shapes) - set(shapes)
         added = set(shapes) - set(base_shapes)
+        moved = _moved_layers(added, removed, shapes, base_shapes)
+        added -= set(moved)
+        removed -= set(moved.values())
+        renames.update(moved)
         if added or not removed:
             raise SlimError(f'--depth {name}={n} does not drop whole blocks (new parameters: {sorted(added)[:5]}, '
                             f'removed: {len(removed)}); name a stage whose length is its number of blocks')
         regions.append((name, removed))
         cfg = set_path(cfg, path, new)
-    return cfg, regions
+    return cfg, regions, renames
+
+
+def _index_shift(old, new):
+    """k > 0 when names ``old`` and ``new`` differ only in one integer component, old's larger by k; else 0."""
+    a, b = old.split('.'), new.split('.')
+    diff = [(x, y) for x, y in zip(a, b) if x != y]
+    if len(a) != len(b) or len(diff) != 1 or not (diff[0][0].isdigit() and diff[0][1].isdigit()):
+        return 0
+    return max(0, int(diff[0][0]) - int(diff[0][1]))
+
+
+def _moved_layers(added, removed, shapes, base_shapes):
+    """``{new name: old name}`` for parameters that only moved to a lower index with the same shape."""
+    moved = {}
+    for new in sorted(added):
+        cands = [(_index_shift(old, new), old) for old in removed
+                 if old not in moved.values() and base_shapes[old] == shapes[new] and _index_shift(old, new)]
+        if cands:
+            moved[new] = min(cands)[1]
+    return moved
 
 
 def path_name_value(name, value):

@@ -82,17 +82,19 @@ def _exists(cfg, path):
 
 
 def _expected_shapes(base_shapes, graph, indices, names):
+    """``{slimmed-model name: shape}`` for ``names`` (slimmed name -> original name)."""
     out = {}
-    for name in names:
+    for new, name in names.items():
         shape = list(base_shapes[name])
         for d, axis, _, _ in graph.by_param.get(name, ()):
             shape[axis] = int(indices[d.id].numel())
-        out[name] = tuple(shape)
+        out[new] = tuple(shape)
     return out
 
 
 def _mismatches(expected, shapes):
-    return {n: (expected.get(n), shapes.get(n)) for n in set(expected) | set(shapes) if expected.get(n) != shapes.get(n)}
+    return {n: (expected.get(n), shapes.get(n)) for n in set(expected) | set(shapes)
+            if expected.get(n) != shapes.get(n)}
 
 
 def _try_build(cfg):
@@ -264,9 +266,10 @@ class SlimAnalysis:
             if not any(n == prefix or n.startswith(prefix + '.') for n in self.width_entries()):
                 raise SlimError(f'--keep-ratio-per-stage {prefix!r} matches no width entry of the config; width '
                                 f'entries: {", ".join(self.width_entries())}')
-        cfg_d, regions = apply_depth(self.model_cfg, request.depth, self.base_shapes)
+        cfg_d, regions, renames = apply_depth(self.model_cfg, request.depth, self.base_shapes)
         removed = set().union(*(r for _, r in regions)) if regions else set()
-        names = [n for n in self.base_shapes if n not in removed]
+        moved = {old: new for new, old in renames.items()}   # layers that shift position (a Sequential's tail)
+        names = {moved.get(n, n): n for n in self.base_shapes if n not in removed}
         graph, bridged = self.graph, []
         for attempt in ('plain', 'bridged'):
             leaves = dropped_leaves(graph, regions)
@@ -287,7 +290,8 @@ class SlimAnalysis:
             path = parse_path(self.model_cfg, name)
             old = get_path(self.model_cfg, path)
             changes.append((name, len(old) if isinstance(old, (list, tuple)) else old, n, 'depth'))
-        sliced = slice_state_dict(self.state, graph, indices, set(names))
+        sliced = slice_state_dict(self.state, graph, indices, set(names.values()))
+        sliced = {new: sliced[old] for new, old in names.items()}
         dropped = dropped_leaves(graph, regions)
         layers = [(str(d), d.size, int(indices[d.id].numel())) for d in graph.dims
                   if d.constrained and d.leaf not in dropped]

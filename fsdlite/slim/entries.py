@@ -1,7 +1,8 @@
 """Which model-config integers are widths: found by perturbation, not by name.
 
 Every integer in the model config (inside dicts, lists and tuples) is multiplied (by 2, else 3 or 5 when
-that changes the set of layers), one at a time, and the model rebuilt; comparing parameter shapes with the original tells what the entry controls:
+that changes the set of layers), one at a time, and the model rebuilt; comparing parameter shapes with the
+original tells what the entry controls:
 
 * ``'width'``: it scales the output/per-channel dims of some layers exactly in proportion (its value is a
   channel count: a stage width, a hidden width, a bottleneck width derived from it, ...);
@@ -36,7 +37,7 @@ class Entry:
 
 
 def path_name(path):
-    """Dotted name of a config path, e.g. ``('backbone', 'encoder_channels', 1, 0)`` -> 'backbone.encoder_channels.1.0'."""
+    """Dotted name of a config path: ``('backbone', 'encoder_channels', 1, 0)`` -> 'backbone.encoder_channels.1.0'."""
     return '.'.join(str(p) for p in path)
 
 

@@ -17,6 +17,8 @@ Any other op that sees labelled inputs is handled conservatively: all its inputs
 its outputs get one frozen label (reported by the tracer), so an unknown op can only make slimming
 refuse a group, never break a model.
 """
+import math
+
 import torch
 
 from .labels import drop_if_full_reduction
@@ -148,7 +150,7 @@ def _reduce(tracer, label, dims, keepdim):
     dims = sorted({d % nd for d in dims}) if nd else []
     keep = [d for d in range(nd) if d not in dims]
     moved = label.permute(*keep, *dims) if nd else label.reshape(1)
-    rows = moved.reshape(-1, max(1, int(torch.tensor([label.shape[d] for d in dims]).prod()) if dims else 1))
+    rows = moved.reshape(-1, math.prod(label.shape[d] for d in dims) if dims else 1)
     reduced, merged = tracer.store.reduce_rows(rows)
     reduced = drop_if_full_reduction(reduced, merged)
     shape = [label.shape[d] for d in keep]
@@ -325,11 +327,7 @@ def norm_functional(tracer, func, args, kwargs, out):
             shape = [1] * x.dim()
             shape[dim] = p.shape[0]
             labels.append(torch.broadcast_to(tracer.label(p).view(shape), x.shape))
-    tracer.set_label(o, store_combine(tracer, labels))
-
-
-def store_combine(tracer, labels):
-    return tracer.store.combine(labels)
+    tracer.set_label(o, tracer.store.combine(labels))
 
 
 def conservative(tracer, func, args, kwargs, out):

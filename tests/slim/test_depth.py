@@ -41,3 +41,19 @@ def test_dropping_a_sir_block_shrinks_the_head_input(prepared, slim_kit, tmp_pat
     assert head_in == out.slim_model.sir.out_channels == 2 * (8 + 8)
     with torch.no_grad():
         out.slim_model(**p.data, mode='predict')
+
+
+def test_dropping_a_hidden_layer_moves_the_output_layer_up(prepared, slim_kit, tmp_path):
+    """GravNet's MLP (hidden 16, 16 -> output) becomes (hidden 16 -> output): the output Linear changes its
+    position in the Sequential (index 2 -> 1) and keeps its weights; the dropped 16 -> 16 layer is bridged."""
+    p = prepared('voxelnet')
+    out = write_slim(p, slim_kit.Request(depth={'muon_stage.gravnet.hidden_channels': 1}), tmp_path)
+    res = out.result
+    assert res.bridged == ['muon_stage.gravnet.hidden_channels']
+    assert res.dropped == ['muon_stage.gravnet.coords_and_messages.1.linear']
+    original = p.model.state_dict()
+    prefix = 'muon_stage.gravnet.coords_and_messages.'
+    assert torch.equal(res.state_dict[prefix + '1.weight'], original[prefix + '2.weight'])
+    assert torch.equal(res.state_dict[prefix + '0.linear.weight'], original[prefix + '0.linear.weight'])
+    with torch.no_grad():
+        assert out.slim_model(**p.data, mode='tensor').shape == p.model(**p.data, mode='tensor').shape
