@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ...registry import MODELS
+from ...structures.bounds import is_exporting
 from ..layers.mlp import build_mlp
 from .attention import SWISH
 from .impl import check_impl
@@ -78,6 +79,8 @@ class GravNetLayer(nn.Module):
         backward recomputes s_i - s_j for the selected neighbours: only s and the indices are kept for
         backward, never a (B*N, k, latent) or (B*N, k, messages) tensor.
         """
+        if is_exporting():  # fsdlite.ops.knn has no ONNX form: same neighbours by a fixed-size TopK per chunk
+            return self.forward_dense(x)
         from fsdlite.ops import knn, knn_aggregate
         with_means, s, msg = self._embed(x)
         b, n, _ = x.shape

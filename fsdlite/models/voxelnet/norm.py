@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ...registry import MODELS
+from ...structures.bounds import is_exporting
 
 
 @MODELS.register_module()
@@ -53,7 +54,7 @@ class FeatureStandardizer(nn.Module):
 
     def transform(self, x):
         """The log transform of the configured columns (identity elsewhere); (..., F) -> (..., F)."""
-        if not self.log_mask.any():
+        if not is_exporting() and not self.log_mask.any():  # (a data-dependent branch cannot be exported)
             return x
         return torch.where(self.log_mask, torch.log(x.abs() + self.log_eps), x)
 

@@ -15,6 +15,7 @@ from mmengine.model import BaseModel
 
 from ...registry import MODELS
 from ...structures import PointData
+from ...structures.bounds import is_exporting
 from .chunking import graphs_per_chunk, map_chunks
 from .impl import check_impl
 
@@ -71,6 +72,8 @@ class VoxelNet(BaseModel):
         if tuple(voxel_centres.shape) != (b, v, 3):
             raise ValueError(f'VoxelNet: voxel_centres must have shape ({b}, {v}, 3) to match muon_features, got '
                              f'{tuple(voxel_centres.shape)}')
+        if is_exporting():  # value checks read data: eager only (deploy runtimes check inputs before the graph)
+            return
         for name, t in (('muon_features', muon_features), ('voxel_centres', voxel_centres)):
             bad = ~torch.isfinite(t)
             if bad.any():
