@@ -58,7 +58,7 @@ def draw_bev(out_file, points, class_names, *, gt_labels=None, pred_labels=None,
     Panels: ``gt_labels`` (ground-truth classes), ``pred_labels`` (predicted classes) and
     ``pred_scores`` (foreground score, a colour map).  Ground-truth boxes (green) are drawn on every
     panel, predicted boxes (red, dashed, with scores) on the prediction panels.  Without any
-    colouring a single panel shows the points by height.
+    colouring a single panel shows the points by height (with the predicted boxes, if any).
 
     Args:
         out_file (str | Path): PNG path (parent folders are created).
@@ -93,7 +93,7 @@ def draw_bev(out_file, points, class_names, *, gt_labels=None, pred_labels=None,
         scores = _numpy(pred_scores, np.float32)
         panels.append(('foreground score', scores.max(1) if scores.ndim == 2 else scores, True))
     if not panels:
-        panels.append(('points (height)', pts[:, 2] if pts.shape[1] > 2 else np.zeros(n), False))
+        panels.append(('points (height)', pts[:, 2] if pts.shape[1] > 2 else np.zeros(n), pred_boxes is not None))
 
     fig = Figure(figsize=(6.0 * len(panels), 6.0))
     FigureCanvasAgg(fig)
