@@ -1,29 +1,5 @@
 # FSD-lite on synthetic ray-cast lidar scenes (the demo): train on CPU, then evaluate BEV / 3D AP (R40)
 # on held-out frames.  python tools/train.py configs/fsd/fsdlite_synthetic.py
-_base_ = [
-    '../_base_/default_runtime.py',
-    '../_base_/schedules/adamw_cosine_iter.py',
-    '../_base_/datasets/synthetic_lidar.py',
-    './fsdlite_model.py',
-]
+_base_ = ['../_base_/detection/synthetic_lidar_det.py', './fsdlite_model.py']
 
-point_range = [0, -40, -3, 70.4, 40, 1]  # = the dataset's point_cloud_range
-model = dict(point_range=point_range)
-
-train_dataloader = dict(
-    batch_size=2, sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(num_frames=400, cache=True))
-val_dataloader = dict(dataset=dict(num_frames=50, cache=True))
-test_dataloader = val_dataloader
-val_evaluator = dict(type='DetMetric', iou_thresholds=dict(Car=(0.7, 0.5), Pedestrian=(0.5, 0.25),
-                                                           Cyclist=(0.5, 0.25)))
-test_evaluator = val_evaluator
-
-max_iters = 1200
-train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
-optim_wrapper = dict(optimizer=dict(lr=2e-3))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=50),
-    dict(type='CosineAnnealingLR', T_max=max_iters, eta_min=1e-5, by_epoch=False, begin=0, end=max_iters),
-]
-default_hooks = dict(checkpoint=dict(interval=400), logger=dict(interval=20))
+model = dict(point_range={{_base_.point_range}})
