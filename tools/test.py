@@ -6,7 +6,6 @@ Example::
     python tools/test.py configs/segmentation/sparse_segmentor_synthetic.py work_dirs/seg/iter_2000.pth
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
@@ -14,11 +13,9 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
     sys.path.insert(0, REPO_ROOT)
 
-from mmengine.config import DictAction  # noqa: E402
-
-from fsdlite.engine.distributed import LAUNCHERS  # noqa: E402
 from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import build_runner, load_config, prepare_runner_cfg, require_file  # noqa: E402
+from fsdlite.engine.tool_setup import (add_runner_args, build_runner, load_config, parse_runner_args,  # noqa: E402
+                                       prepare_runner_cfg, require_file)
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -27,15 +24,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test (evaluate) a checkpoint')
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--work-dir', help='folder for the evaluation logs (default: work_dirs/<config name>)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config entries, e.g. test_dataloader.batch_size=1 (keys must exist)')
-    parser.add_argument('--allow-new-cfg-keys', action='store_true',
-                        help='let --cfg-options add keys the config does not have')
-    parser.add_argument('--launcher', choices=LAUNCHERS, default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    add_runner_args(parser, 'folder for the evaluation logs (default: work_dirs/<config name>)',
+                    'test_dataloader.batch_size=1')
+    args = parse_runner_args(parser, argv)
     return parser, args
 
 

@@ -8,7 +8,6 @@ Examples::
     torchrun --nproc-per-node 2 tools/train.py CONFIG --launcher pytorch                  # gloo on CPU
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
@@ -16,12 +15,9 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
     sys.path.insert(0, REPO_ROOT)
 
-from mmengine.config import DictAction  # noqa: E402
-
-from fsdlite.engine.distributed import LAUNCHERS  # noqa: E402
 from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import (build_runner, enable_amp, load_config, prepare_runner_cfg,  # noqa: E402
-                                       require_file)
+from fsdlite.engine.tool_setup import (add_runner_args, build_runner, enable_amp, load_config,  # noqa: E402
+                                       parse_runner_args, prepare_runner_cfg, require_file)
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -29,18 +25,12 @@ def parse_args(argv=None):
     """Command-line options; returns ``(parser, args)``."""
     parser = argparse.ArgumentParser(description='Train a model from a config')
     parser.add_argument('config', help='config file')
-    parser.add_argument('--work-dir', help='folder for logs and checkpoints (default: work_dirs/<config name>)')
+    add_runner_args(parser, 'folder for logs and checkpoints (default: work_dirs/<config name>)',
+                    'train_cfg.max_iters=100')
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision (CUDA only)')
     parser.add_argument('--resume', nargs='?', const='auto', default=None, metavar='PATH',
                         help='resume from PATH, or from the latest checkpoint in the work dir when no PATH is given')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
-                        help='override config entries, e.g. train_cfg.max_iters=100 (keys must exist)')
-    parser.add_argument('--allow-new-cfg-keys', action='store_true',
-                        help='let --cfg-options add keys the config does not have')
-    parser.add_argument('--launcher', choices=LAUNCHERS, default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    args = parse_runner_args(parser, argv)
     return parser, args
 
 

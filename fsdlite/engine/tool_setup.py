@@ -1,4 +1,5 @@
 """Shared set-up of ``tools/train.py`` and ``tools/test.py``: config loading, overrides, work dir, runner."""
+import os
 import os.path as osp
 
 import torch
@@ -7,8 +8,29 @@ from mmengine.config import Config
 from fsdlite import registry  # noqa: F401  (applies the torch>=2.6 checkpoint-loading fix)
 
 from .config_checks import check_cfg_options
-from .distributed import setup_cpu_distributed
+from .distributed import LAUNCHERS, setup_cpu_distributed
 from .errors import ToolError
+
+
+def add_runner_args(parser, work_dir_help, cfg_example):
+    """Add the options every runner tool shares: ``--work-dir``, ``--cfg-options``, ``--allow-new-cfg-keys``,
+    ``--launcher`` and ``--local_rank``; returns ``parser``."""
+    from mmengine.config import DictAction
+    parser.add_argument('--work-dir', help=work_dir_help)
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help=f'override config entries, e.g. {cfg_example} (keys must exist)')
+    parser.add_argument('--allow-new-cfg-keys', action='store_true',
+                        help='let --cfg-options add keys the config does not have')
+    parser.add_argument('--launcher', choices=LAUNCHERS, default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser
+
+
+def parse_runner_args(parser, argv=None):
+    """Parse ``argv`` and export ``LOCAL_RANK`` for the launcher (unless already set); returns the namespace."""
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
 
 
 def load_config(path, cfg_options=None, allow_new_keys=False):
