@@ -1,0 +1,24 @@
+"""fsdlite.deploy: fixed-shape export of every model family to plain ONNX, and the runtime that runs it.
+
+* :func:`~fsdlite.deploy.exporter.export_model` writes a deploy folder (model.onnx, deploy.json, config.py,
+  report.md); ``deploy/export_onnx.py`` is its command line;
+* :class:`~fsdlite.deploy.runtime.DeployedModel` chains pre-ops -> ONNX Runtime -> post-ops in one call;
+* :mod:`~fsdlite.deploy.graph_checks` enforces standard ONNX ops, no data-dependent ops, static shapes;
+* :func:`~fsdlite.deploy.verify.verify_deploy` compares a deploy folder with PyTorch (``deploy/verify_onnx.py``);
+* :mod:`~fsdlite.deploy.tensorrt` builds a TensorRT engine where TensorRT and a GPU exist (``deploy/build_trt.py``);
+* one adapter per family (:mod:`.detector`, :mod:`.voxelnet`, :mod:`.kpconv`) says what runs where.
+
+Layering: deploy imports models, never the reverse.
+"""
+from .adapter import DeployAdapter, Frame, PreOpsResult, adapter_class, register_adapter
+from .compare import Match, OutputDiff
+from .exporter import ExportResult, export_model, prepare
+from .graph_checks import DeployGraphError, check_graph, require_deployable
+from .onnx_io import OrtGraph, export_graph
+from .runtime import DeployedModel, DeployOutput, read_deploy_info
+from .verify import FrameCheck, format_checks, verify_deploy
+
+__all__ = ['DeployAdapter', 'Frame', 'PreOpsResult', 'adapter_class', 'register_adapter', 'Match', 'OutputDiff',
+           'ExportResult', 'export_model', 'prepare', 'DeployGraphError', 'check_graph', 'require_deployable',
+           'OrtGraph', 'export_graph', 'DeployedModel', 'DeployOutput', 'read_deploy_info', 'FrameCheck',
+           'format_checks', 'verify_deploy']

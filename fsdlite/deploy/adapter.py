@@ -1,0 +1,173 @@
+"""The contract between a model family and the deploy pipeline (export, runtime, verification).
+
+A :class:`DeployAdapter` wraps an eval-mode model (with its weights) and says, for one fixed batch size and
+fixed bounds:
+
+* which tensors the graph takes and returns (names, meanings) and the module that computes them
+  (:meth:`~DeployAdapter.graph_module`, exported to ONNX and also run in PyTorch: the same math);
+* the **pre-ops** (eager, ``fsdlite.ops``: voxel hashing, rulebooks, neighbour search, padding to the bounds)
+  and **post-ops** (NMS, label decoding) that run outside the graph;
+* how to run the original PyTorch model (dynamic/eager) on the same data and compare the results.
+
+Adapters register by model type name (:func:`register_adapter`, :func:`adapter_class`).
+"""
+import contextlib
+from typing import NamedTuple
+
+from torch import nn
+
+_ADAPTERS = {}
+
+
+def register_adapter(*model_types):
+    """Class decorator registering an adapter for the given model type names (``cfg.model.type``)."""
+    def wrap(cls):
+        for name in model_types:
+            _ADAPTERS[name] = cls
+        cls.model_types = tuple(model_types)
+        return cls
+    return wrap
+
+
+def adapter_class(model_type):
+    """The adapter class of a model type name; raises a ValueError listing the supported types."""
+    from . import detector, kpconv, voxelnet  # noqa: F401  (register the adapters)
+    if model_type not in _ADAPTERS:
+        raise ValueError(f'no deploy adapter for model type {model_type!r}; supported: {sorted(_ADAPTERS)}')
+    return _ADAPTERS[model_type]
+
+
+class PreOpsResult(NamedTuple):
+    """Output of the pre-ops: ``inputs`` (dict name -> Tensor in graph input order), ``context`` (what the
+    post-ops need), ``dropped`` (dict bound name -> items the pre-ops dropped because a bound was exceeded)."""
+    inputs: dict
+    context: object
+    dropped: dict
+
+
+class Frame(NamedTuple):
+    """A named verification input: ``name``, ``data`` (the family's raw input) and ``source`` (where it is from)."""
+    name: str
+    data: object
+    source: str
+
+
+class DeployAdapter:
+    """Base class (see the module docstring).
+
+    Args:
+        model (nn.Module): the model in eval mode, with its weights; detectors already in fixed-shape mode.
+        bounds (dict): the deploy bounds (family-specific names; stored in deploy.json).
+        batch_size (int): B, a constant of the graph.
+    """
+
+    family = ''
+    model_types = ()
+    bounds_have_margin = True  #: measured bounds are scaled by a margin (False: they are exact input shapes)
+
+    def __init__(self, model, bounds, batch_size=1):
+        if isinstance(batch_size, bool) or int(batch_size) < 1:
+            raise ValueError(f'{type(self).__name__}: batch_size must be a positive int, got {batch_size!r}')
+        self.model = model.eval()
+        self.bounds = dict(bounds)
+        self.batch_size = int(batch_size)
+
+    # ------------------------------------------------------------------ building (exporter and runtime)
+    @classmethod
+    def prepare_config(cls, model_cfg, bounds):
+        """Return the model config used for deploy (e.g. detectors switch to ``static=True`` with ``bounds``)."""
+        return dict(model_cfg)
+
+    @classmethod
+    def config_bounds(cls, cfg):
+        """Bounds stated by the config (dict) or None."""
+        return None
+
+    @classmethod
+    def measure_bounds(cls, model, frames, margin):
+        """Bounds that cover ``frames`` with a ``margin`` factor (dict), measured with the eager model."""
+        raise NotImplementedError
+
+    @classmethod
+    def frames(cls, cfg, model, batch_size, data_root=None):
+        """Verification inputs (list of :class:`Frame`); the first one is the export example."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------- graph
+    def input_meanings(self):
+        """dict input name -> meaning, in graph input order."""
+        raise NotImplementedError
+
+    def output_meanings(self):
+        """dict output name -> meaning, in graph output order."""
+        raise NotImplementedError
+
+    def graph_module(self):
+        """nn.Module whose ``forward(*inputs)`` (graph input order) returns the outputs as a tuple."""
+        raise NotImplementedError
+
+    def export_context(self):
+        """Context manager active while exporting (e.g. pure-torch kernels instead of fsdlite.ops)."""
+        return contextlib.nullcontext()
+
+    def dropped_names(self):
+        """Names of the entries of the graph's ``dropped`` output (empty when the graph has none)."""
+        return []
+
+    def outside_graph(self):
+        """dict(pre_ops=[...], post_ops=[...]): what runs outside the graph, in words."""
+        raise NotImplementedError
+
+    def host_state(self):
+        """JSON-serialisable state the pre/post-ops need besides the config (e.g. calibrated limits)."""
+        return {}
+
+    def load_host_state(self, state):
+        """Apply :meth:`host_state` output (runtime side)."""
+
+    # ----------------------------------------------------------------------------- running
+    def pre_ops(self, data):
+        """:class:`PreOpsResult` for one batch of raw data."""
+        raise NotImplementedError
+
+    def post_ops(self, outputs, pre):
+        """Final predictions (list of data samples) from the graph outputs (dict) and the pre-ops result."""
+        raise NotImplementedError
+
+    def run_torch_graph(self, inputs):
+        """The graph module in PyTorch on the pre-ops inputs: dict output name -> Tensor."""
+        import torch
+        with torch.no_grad():
+            outputs = self.graph_module()(*inputs.values())
+        return dict(zip(self.output_meanings(), outputs))
+
+    def reference(self, data):
+        """Final predictions of the original PyTorch model (eager, dynamic shapes) on the same raw data."""
+        raise NotImplementedError
+
+    def compare_outputs(self, deployed, reference, pre):
+        """list of :class:`~fsdlite.deploy.compare.OutputDiff`, one per output (valid rows only)."""
+        raise NotImplementedError
+
+    def compare_results(self, deployed, reference):
+        """:class:`~fsdlite.deploy.compare.Match` of two lists of final predictions."""
+        raise NotImplementedError
+
+    def graph_dropped(self, outputs):
+        """dict bound name -> items dropped inside the graph (from its ``dropped`` output)."""
+        names = self.dropped_names()
+        if not names:
+            return {}
+        return dict(zip(names, (int(v) for v in outputs['dropped'].reshape(-1).tolist())))
+
+
+class GraphModule(nn.Module):
+    """Base of the exported wrappers: holds the model as a submodule (parameters shared, not copied)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.eval()
+
+
+__all__ = ['register_adapter', 'adapter_class', 'PreOpsResult', 'Frame', 'DeployAdapter', 'GraphModule']

@@ -1,0 +1,207 @@
+"""Deploy adapter of the fully sparse detectors (FSD-lite, FSDv2-lite) in their fixed-shape mode.
+
+Outside the graph (eager, ``fsdlite.ops``): the data preprocessor's voxel hashing (``fsdlite.ops.voxelize``),
+padding to ``max_points`` / ``max_voxels[0]`` with dump slots, and the first-stage UNet's sparse-conv rulebooks
+(``fsdlite.ops.rulebook_*``) as padded neighbour maps (``StaticDetectorMixin.static_inputs``); after the graph,
+rotated BEV NMS (``fsdlite.ops.batched_nms_bev``).  Inside: the detector's ``forward_static`` (VFE, rulebook
+UNet with spconv's weights, seg/vote head, per-class top-k foreground, grouping or virtual voxels with in-graph
+rulebooks, SIR / mixer, box head, the ``max_boxes`` best boxes).
+"""
+import torch
+
+from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
+from .bounds_io import merge_max, with_margin
+from .compare import match_detections, matched_rows_diff, tensor_diff
+from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
+
+FIXED_INPUTS = {
+    'points': '(N, C) float32 points (x, y, z, features) inside the point range, padding rows 0; N = max_points',
+    'batch': '(N,) int64 sample of each point (0 in padding)',
+    'num_points': '() int64 valid points',
+    'point2voxel': '(N,) int64 voxel row of each point; V0 = max_voxels[0] (dump) for padding',
+    'voxel_coors': '(V0, 4) int64 voxel [b, z, y, x], padding rows 0',
+    'num_voxels': '() int64 valid voxels',
+}
+OUTPUTS = {
+    'boxes': '(M, 7) float32 [x, y, z_bottom, l, w, h, yaw] of the num_boxes best boxes above score_thr, before '
+             'NMS, best first (M = max_boxes; rows >= num_boxes are 0)',
+    'scores': '(M,) float32 box scores',
+    'labels': '(M,) int64 box classes',
+    'box_batch': '(M,) int64 sample of each box',
+    'num_boxes': '() int64 valid boxes',
+    'dropped': '(D,) int64 items dropped because an in-graph bound was exceeded (names in dropped_names)',
+    'seg_logits': '(N, C) float32 foreground logits per point (rows < num_points valid)',
+    'cls_logits': '(K, C) float32 class logits per instance (rows < num_instances valid)',
+    'box_codes': '(K, C, 8) float32 box regression codes per instance and class',
+    'instance_xyz': '(K, 3) float32 reference point of each instance',
+    'instance_labels': '(K,) int64 class of each instance (FSD-lite clusters)',
+    'num_instances': '() int64 valid instances',
+    'num_fg_points': '() int64 selected foreground points',
+}
+TOLERANCE = 1e-4  # abs, on logits and regressions (float32 graph vs float32 PyTorch)
+
+
+class DetectorGraph(GraphModule):
+    """``forward(points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs)`` -> the outputs of
+    :data:`OUTPUTS` in order (``instance_labels`` only when the detector groups per class); overflow truncates
+    and is counted in ``dropped`` (also when run eagerly, so PyTorch and ONNX Runtime behave alike)."""
+
+    def __init__(self, model, batch_size, output_names):
+        super().__init__(model)
+        self.batch_size = int(batch_size)
+        self.output_names = list(output_names)
+
+    def forward(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs):
+        out = self.model.forward_static(points, batch, num_points, point2voxel, voxel_coors, num_voxels, list(nbrs),
+                                        self.batch_size, strict=False)
+        out['box_batch'] = out['batch']
+        return tuple(out[k] for k in self.output_names)
+
+
+@register_adapter('FSDLite', 'FSDv2Lite')
+class DetectorAdapter(DeployAdapter):
+    """FSD-lite / FSDv2-lite (``model.static`` must be True; ``bounds`` are the model's fixed-shape bounds).
+
+    Raw data: a list of B point clouds, each (N_i, C) float32.  Results: data samples with
+    ``pred_instances_3d`` (``bboxes_3d``, ``scores_3d``, ``labels_3d``).
+    """
+
+    family = 'detector'
+
+    def __init__(self, model, bounds, batch_size=1):
+        if not getattr(model, 'static', False):
+            raise ValueError(f'{type(model).__name__}: deploy needs the fixed-shape mode (static=True with bounds)')
+        super().__init__(model, bounds, batch_size)
+        self._num_maps = None
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def prepare_config(cls, model_cfg, bounds):
+        return dict(model_cfg, static=True, bounds=dict(bounds))
+
+    @classmethod
+    def config_bounds(cls, cfg):
+        bounds = cfg.model.get('bounds')
+        return None if bounds is None else (bounds.to_dict() if hasattr(bounds, 'to_dict') else dict(bounds))
+
+    @classmethod
+    def measure_bounds(cls, model, frames, margin):
+        """Needed sizes on the dynamic path (``model.measure_bounds``) over ``frames``, times ``margin``; the
+        per-class foreground bounds are capped at the sampler's budget (the static path never selects more)."""
+        maxima = {}
+        with torch.no_grad():
+            for frame in frames:
+                inputs = model.data_preprocessor(dict(inputs=dict(points=list(frame.data))), False)['inputs']
+                merge_max(maxima, model.measure_bounds(inputs))
+        bounds = with_margin(maxima, margin)
+        bounds['max_fg_points'] = [min(v, b) for v, b in zip(bounds['max_fg_points'], model.fg_sampler.max_per_class)]
+        return bounds
+
+    @classmethod
+    def frames(cls, cfg, model, batch_size, data_root=None):
+        """The real frames present (KITTI 000008, nuScenes keyframe, the 198k-point Waymo-range frame), each
+        repeated to fill the batch."""
+        channels = model.voxel_encoder.in_channels
+        out = []
+        for name in available_lidar_frames(data_root):
+            cloud = load_lidar_frame(name, channels, data_root)
+            out.append(Frame(name, [cloud] * int(batch_size), LIDAR_FRAMES[name][2]))
+        return out
+
+    # ------------------------------------------------------------------ graph
+    def _count_maps(self):
+        if self._num_maps is None:
+            empty = [torch.zeros(0, self.model.voxel_encoder.in_channels)] * self.batch_size
+            self.pre_ops(empty)
+        return self._num_maps
+
+    def input_meanings(self):
+        maps = {f'nbr_{i:02d}': f'(V_s, K) int64 neighbour map of sparse conv #{i} of the first-stage UNet '
+                                '(execution order): input row per output voxel and kernel offset, V_in = dump'
+                for i in range(self._count_maps())}
+        return dict(FIXED_INPUTS, **maps)
+
+    def output_meanings(self):
+        names = list(OUTPUTS)
+        if not getattr(self.model.bbox_head, 'class_given', True):
+            names.remove('instance_labels')
+        return {k: OUTPUTS[k] for k in names}
+
+    def graph_module(self):
+        return DetectorGraph(self.model, self.batch_size, self.output_meanings())
+
+    def dropped_names(self):
+        return list(self.model.graph_bound_names())
+
+    def outside_graph(self):
+        return dict(
+            pre_ops=['LidarDataPreprocessor: range/NaN filter and voxel hashing (fsdlite.ops.voxelize)',
+                     'pad points to max_points and voxels to max_voxels[0] (dump slots; overflow truncated and '
+                     'counted)',
+                     'first-stage SparseUNet rulebooks as padded neighbour maps (fsdlite.ops.rulebook_subm / '
+                     'rulebook_conv / rulebook_inverse); a level above max_voxels[s] raises'],
+            post_ops=['rotated BEV NMS per sample and class (fsdlite.ops.batched_nms_bev, test_cfg of bbox_head)'])
+
+    # ------------------------------------------------------------------ running
+    def pre_ops(self, data):
+        clouds = list(data)
+        if len(clouds) != self.batch_size:
+            raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
+        with torch.no_grad():
+            inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
+            si = self.model.static_inputs(inputs, strict=False)
+        self._num_maps = len(si.nbrs)
+        names = list(FIXED_INPUTS) + [f'nbr_{i:02d}' for i in range(len(si.nbrs))]
+        tensors = list(si[:6]) + list(si.nbrs)
+        levels = len(si.dropped) - 1
+        dropped = dict(zip(['max_points'] + [f'max_voxels[{s}]' for s in range(levels)], si.dropped.tolist()))
+        return PreOpsResult(dict(zip(names, tensors)), dict(num_points=int(si.num_points)), dropped)
+
+    def post_ops(self, outputs, pre):
+        n = int(outputs['num_boxes'])
+        boxes, scores, labels, batch = (outputs[k][:n] for k in ('boxes', 'scores', 'labels', 'box_batch'))
+        labels, batch = labels.long(), batch.long()
+        keep = self.model.bbox_head.nms(boxes, scores, labels, batch)
+        return self.model.to_samples(boxes[keep], scores[keep], labels[keep], batch[keep], self.batch_size)
+
+    def reference(self, data):
+        """The same detector's dynamic (eager, spconv) ``predict``."""
+        previous, self.model.static = self.model.static, False
+        try:
+            with torch.no_grad():
+                inputs = self.model.data_preprocessor(dict(inputs=dict(points=list(data))), False)['inputs']
+                return self.model(inputs, mode='predict')
+        finally:
+            self.model.static = previous
+
+    def compare_outputs(self, deployed, reference, pre):
+        rows = []
+        n_box = int(reference['num_boxes'])
+        n_inst = int(reference['num_instances'])
+        for name in self.output_meanings():
+            a, b = deployed[name], reference[name]
+            if name == 'boxes':
+                cols = lambda o: torch.cat([o['boxes'][:n_box], o['scores'][:n_box, None]], 1)  # noqa: E731
+                keys = (deployed['labels'][:n_box] * self.batch_size + deployed['box_batch'][:n_box],
+                        reference['labels'][:n_box] * self.batch_size + reference['box_batch'][:n_box])
+                if int(deployed['num_boxes']) == n_box:
+                    rows.append(matched_rows_diff('boxes+scores', cols(deployed), cols(reference), keys, TOLERANCE))
+                else:
+                    rows.append(tensor_diff('num_boxes', deployed['num_boxes'], reference['num_boxes'], 0))
+            elif name in ('scores', 'labels', 'box_batch'):
+                continue  # compared with the boxes (rows may swap on near-equal scores)
+            elif name == 'seg_logits':
+                rows.append(tensor_diff(name, a[:pre.context['num_points']], b[:pre.context['num_points']],
+                                        TOLERANCE, 'valid points'))
+            elif name in ('cls_logits', 'box_codes', 'instance_xyz', 'instance_labels'):
+                tol = 0 if name == 'instance_labels' else TOLERANCE
+                rows.append(tensor_diff(name, a[:n_inst], b[:n_inst], tol, 'valid instances'))
+            else:
+                rows.append(tensor_diff(name, a, b, 0))
+        return rows
+
+    def compare_results(self, deployed, reference):
+        return match_detections(deployed, reference, atol=TOLERANCE)
+
+
+__all__ = ['DetectorGraph', 'DetectorAdapter']

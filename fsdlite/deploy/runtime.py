@@ -1,0 +1,98 @@
+"""Run a deploy folder in one call: pre-ops (fsdlite.ops, eager) -> ONNX Runtime session -> post-ops.
+
+    from fsdlite.deploy import DeployedModel
+    model = DeployedModel('deploy_out/fsd')            # reads deploy.json, config.py, model.onnx
+    samples = model([points])                           # list of Det3DDataSample, as the PyTorch model predicts
+    out = model.run([points]); out.dropped              # also graph outputs, dropped counts, stage times
+
+The pre/post-ops are the model family's own (voxel hashing, rulebooks, neighbour search, NMS), built from
+``config.py`` without weights: the weights live in the graph.
+"""
+import json
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from .adapter import adapter_class
+from .exporter import FORMAT
+from .onnx_io import OrtGraph
+
+
+class DeployOutput(NamedTuple):
+    """One deployed run: ``results`` (final predictions), ``outputs`` (graph outputs by name), ``dropped``
+    (bound name -> items dropped because the bound was exceeded, pre-ops and graph; all 0 when bounds hold),
+    ``seconds`` (``pre_ops``, ``graph``, ``post_ops``) and ``pre`` (the pre-ops result)."""
+    results: list
+    outputs: dict
+    dropped: dict
+    seconds: dict
+    pre: object
+
+
+def read_deploy_info(directory):
+    """deploy.json of a deploy folder, checked for format and files."""
+    directory = Path(directory)
+    path = directory / 'deploy.json'
+    if not path.is_file():
+        raise FileNotFoundError(f'{directory} is not a deploy folder: no deploy.json (run deploy/export_onnx.py)')
+    info = json.loads(path.read_text())
+    if info.get('format') != FORMAT:
+        raise ValueError(f'{path}: format {info.get("format")!r} is not {FORMAT!r}; re-export the model')
+    for key in ('onnx', 'config'):
+        if not (directory / info[key]).is_file():
+            raise FileNotFoundError(f'{directory / info[key]} is missing (deploy.json names it as {key})')
+    return info
+
+
+def build_host(directory, info):
+    """The adapter whose model provides the pre/post-ops (config of the folder, random weights: unused)."""
+    from mmengine.config import Config
+
+    from .exporter import build_model
+    cfg = Config.fromfile(str(Path(directory) / info['config']))
+    adapter = adapter_class(info['model_type'])(build_model(cfg.model), info['bounds'], info['batch_size'])
+    adapter.load_host_state(info.get('host_state', {}))
+    return adapter
+
+
+class DeployedModel:
+    """A deploy folder ready to run (see the module docstring).
+
+    Args:
+        directory (str | Path): folder written by ``deploy/export_onnx.py``.
+        threads (int): ONNX Runtime intra-op threads.
+    """
+
+    def __init__(self, directory, threads=1):
+        self.directory = Path(directory)
+        self.info = read_deploy_info(self.directory)
+        self.adapter = build_host(self.directory, self.info)
+        self.graph = OrtGraph(self.directory / self.info['onnx'], threads)
+
+    @property
+    def batch_size(self):
+        return self.info['batch_size']
+
+    def run(self, data):
+        """Pre-ops -> graph -> post-ops on one batch of raw data (the family's format); returns DeployOutput."""
+        t0 = time.perf_counter()
+        pre = self.adapter.pre_ops(data)
+        t1 = time.perf_counter()
+        outputs = self.graph(pre.inputs)
+        t2 = time.perf_counter()
+        results = self.adapter.post_ops(outputs, pre)
+        t3 = time.perf_counter()
+        dropped = dict(pre.dropped, **self.adapter.graph_dropped(outputs))
+        exceeded = {k: v for k, v in dropped.items() if v}
+        if exceeded:
+            from mmengine.logging import print_log
+            print_log(f'DeployedModel: bounds exceeded, items dropped: {exceeded} (raise the bounds and re-export)',
+                      logger='current', level=30)
+        return DeployOutput(results, outputs, dropped, dict(pre_ops=t1 - t0, graph=t2 - t1, post_ops=t3 - t2), pre)
+
+    def __call__(self, data):
+        """Final predictions of one batch (list of data samples)."""
+        return self.run(data).results
+
+
+__all__ = ['DeployOutput', 'read_deploy_info', 'build_host', 'DeployedModel']

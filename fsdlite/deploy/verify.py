@@ -1,0 +1,141 @@
+"""Verify a deploy folder against PyTorch (``deploy/verify_onnx.py`` is the command line).
+
+For every verification input (the family's frames: the real lidar frames for detectors, the config's
+synthetic test/val data for VoxelNet and KPConv) it runs
+
+* the **deployed pipeline** (:class:`~fsdlite.deploy.runtime.DeployedModel`: pre-ops -> ONNX Runtime -> post-ops),
+* the **same graph module in PyTorch** on the same pre-ops inputs (with the checkpoint's weights), and reports the
+  max abs / rel difference of every graph output (valid rows),
+* the **original PyTorch model** (eager, dynamic shapes) and whether its final predictions (detections after NMS,
+  per-point / per-voxel labels) match the deployed ones.
+
+A frame whose data exceeds a bound is reported with the dropped counts; its final predictions are not expected to
+match (truncation), so they do not count as a mismatch.  Where a bound raises instead of truncating (the pre-ops'
+deeper UNet levels; in-graph rulebook levels when the graph runs eagerly in PyTorch), the frame is reported as
+"bound exceeded" with the error, not as a failure: raise the bounds and re-export.
+"""
+from pathlib import Path
+from typing import NamedTuple
+
+from .exporter import prepare
+from .runtime import DeployedModel
+
+
+class FrameCheck(NamedTuple):
+    """Verification of one input.
+
+    ``name``, ``source``; ``diffs`` list of :class:`~fsdlite.deploy.compare.OutputDiff` (ORT vs PyTorch graph);
+    ``match`` :class:`~fsdlite.deploy.compare.Match` of the final predictions vs the eager model (None on error);
+    ``dropped`` dict bound name -> items dropped (pre-ops and graph); ``seconds`` deployed stage times;
+    ``error`` str ('' when the frame ran): the bound that raised.
+    """
+    name: str
+    source: str
+    diffs: list
+    match: object
+    dropped: dict
+    seconds: dict
+    error: str = ''
+
+    @property
+    def exceeded(self):
+        """True when some bound was exceeded (items dropped, or a bound raised)."""
+        return bool(self.error) or any(v for v in self.dropped.values())
+
+    @property
+    def ok(self):
+        """Graph outputs within tolerance and, when no bound was exceeded, the same final predictions."""
+        if self.error:
+            return True  # a bound raised: reported, nothing to compare
+        return all(d.ok for d in self.diffs) and (self.exceeded or bool(self.match and self.match.same))
+
+
+def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None):
+    """The adapter with the PyTorch weights of a deploy folder, and its verification frames.
+
+    Args:
+        directory (Path): the deploy folder.
+        info (dict): its deploy.json.
+        checkpoint (str, optional): weights (default: the checkpoint recorded at export; 'random' rebuilds the
+            seeded random weights the export used).
+        data_root (str, optional): folder of the real frames.
+        frames (list[Frame], optional): inputs to verify on (default: the adapter's).
+    Returns:
+        ``(adapter, frames)``
+    """
+    checkpoint = checkpoint or info['checkpoint']
+    if checkpoint != 'random' and not Path(checkpoint).is_file():
+        raise FileNotFoundError(f'checkpoint {checkpoint!r} recorded in {directory}/deploy.json does not exist; '
+                                'pass --checkpoint')
+    _, adapter, frames, _ = prepare(Path(directory) / info['config'], checkpoint, batch_size=info['batch_size'],
+                                    data_root=data_root, frames=frames, bounds=info['bounds'])
+    adapter.load_host_state(info.get('host_state', {}))
+    return adapter, frames
+
+
+def check_frame(deployed, adapter, frame):
+    """:class:`FrameCheck` of one :class:`~fsdlite.deploy.adapter.Frame` (see the module docstring)."""
+    from ..structures.bounds import BoundExceededError
+    try:
+        out = deployed.run(frame.data)
+    except BoundExceededError as err:
+        return FrameCheck(frame.name, frame.source, [], None, {err.name: err.needed - err.allowed}, {},
+                          f'pre-ops: {err}')
+    try:
+        torch_outputs = adapter.run_torch_graph(out.pre.inputs)
+    except BoundExceededError as err:  # ONNX Runtime truncated and counted; eager PyTorch raises
+        return FrameCheck(frame.name, frame.source, [], None, out.dropped, out.seconds, f'PyTorch graph: {err}')
+    diffs = adapter.compare_outputs(out.outputs, torch_outputs, out.pre)
+    match = adapter.compare_results(out.results, adapter.reference(frame.data))
+    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds)
+
+
+def verify_deploy(directory, checkpoint=None, data_root=None, frames=None, threads=1):
+    """Run :func:`check_frame` on every verification input of a deploy folder.
+
+    Args:
+        directory (str | Path): folder written by ``deploy/export_onnx.py``.
+        checkpoint, data_root, frames: see :func:`reference_adapter`.
+        threads (int): ONNX Runtime intra-op threads.
+    Returns:
+        list[FrameCheck]
+    Raises:
+        ValueError: there is no input to verify on.
+    """
+    deployed = DeployedModel(directory, threads)
+    adapter, frames = reference_adapter(deployed.directory, deployed.info, checkpoint, data_root, frames)
+    if not frames:
+        raise ValueError(f'no verification input for {deployed.info["model_type"]}: no real frame under the data '
+                         'root and no dataset in the config')
+    return [check_frame(deployed, adapter, frame) for frame in frames]
+
+
+def format_checks(checks):
+    """Human-readable table of :func:`verify_deploy` results (str)."""
+    lines = []
+    for c in checks:
+        lines.append(f'== {c.name} ({c.source})')
+        if c.error:
+            exceeded = {k: v for k, v in c.dropped.items() if v}
+            lines.append(f'   BOUND EXCEEDED, not compared (raise the bounds and re-export): {c.error}; '
+                         f'dropped {exceeded}')
+            continue
+        times = ', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in c.seconds.items())
+        lines.append(f'   deployed: {times}')
+        exceeded = {k: v for k, v in c.dropped.items() if v}
+        lines.append(f'   dropped (bounds exceeded): {exceeded}' if exceeded else '   bounds: all held (0 dropped)')
+        lines.append(f'   {"output":<16} {"compared":>9} {"max abs":>10} {"max rel":>10}  tolerance  ok')
+        for d in c.diffs:
+            tol = '-' if d.tolerance is None else f'{d.tolerance:g}'
+            lines.append(f'   {d.name:<16} {d.compared:>9} {d.max_abs:>10.2e} {d.max_rel:>10.2e}  {tol:>9}  '
+                         f'{"yes" if d.ok else "NO"}')
+        verdict = 'yes' if c.match.same else ('no (expected: bounds exceeded)' if c.exceeded else 'NO')
+        lines.append(f'   final predictions match the eager PyTorch model: {verdict}; {c.match.detail}')
+    matched = sum(c.ok and not c.exceeded for c in checks)
+    over = sum(c.exceeded for c in checks)
+    failed = sum(not c.ok for c in checks)
+    lines.append(f'{len(checks)} inputs: {matched} verified, {over} exceeded a bound (reported), {failed} failed')
+    return '\n'.join(lines)
+
+
+__all__ = ['FrameCheck', 'reference_adapter', 'check_frame', 'verify_deploy', 'format_checks']
