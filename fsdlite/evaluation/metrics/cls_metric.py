@@ -7,6 +7,8 @@ from mmengine.logging import print_log
 
 from fsdlite.registry import METRICS
 
+from ._class_names import ClassNamesMixin
+
 
 def _label(sample, key, index):
     try:
@@ -20,7 +22,7 @@ def _label(sample, key, index):
 
 
 @METRICS.register_module()
-class ClsMetric(BaseMetric):
+class ClsMetric(ClassNamesMixin, BaseMetric):
     """Accuracy of per-sample class predictions (``pred_label`` vs ``gt_label``).
 
     Reported (prefix 'cls'): ``acc`` (overall), ``mAcc`` (mean over classes present in the ground
@@ -34,16 +36,7 @@ class ClsMetric(BaseMetric):
 
     def __init__(self, classes=None, collect_device='cpu', prefix=None):
         super().__init__(collect_device=collect_device, prefix=prefix)
-        self._classes = tuple(classes) if classes is not None else None
-
-    @property
-    def classes(self):
-        if self._classes is not None:
-            return self._classes
-        meta = self.dataset_meta or {}
-        if 'classes' not in meta:
-            raise ValueError("ClsMetric needs class names: pass classes=[...] or use a dataset with metainfo 'classes'")
-        return tuple(meta['classes'])
+        self._set_classes(classes)
 
     def process(self, data_batch, data_samples):
         """Collect (ground truth, prediction) label pairs."""

@@ -14,6 +14,7 @@ from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 
 from ...registry import METRICS
+from ._class_names import ClassNamesMixin
 from ..functional import average_precision_r40, boxes_iou_3d_from_bev, match_detections
 
 DEFAULT_IOU_THRESHOLDS = {'Car': (0.7, 0.5), 'Pedestrian': (0.5, 0.25), 'Cyclist': (0.5, 0.25)}
@@ -39,7 +40,7 @@ def _tensor(instances, key, shape_tail, dtype):
 
 
 @METRICS.register_module()
-class DetMetric(BaseMetric):
+class DetMetric(ClassNamesMixin, BaseMetric):
     """BEV / 3D AP (R40) per class at configurable IoU thresholds.
 
     Args:
@@ -59,7 +60,7 @@ class DetMetric(BaseMetric):
     def __init__(self, classes=None, iou_thresholds=None, kinds=KINDS, min_gt_points=0,
                  collect_device='cpu', prefix=None):
         super().__init__(collect_device=collect_device, prefix=prefix)
-        self._classes = tuple(classes) if classes is not None else None
+        self._set_classes(classes)
         self.iou_thresholds = dict(DEFAULT_IOU_THRESHOLDS)
         for name, thresholds in dict(iou_thresholds or {}).items():
             thresholds = tuple(float(t) for t in (thresholds if isinstance(thresholds, (list, tuple))
@@ -75,16 +76,6 @@ class DetMetric(BaseMetric):
         if int(min_gt_points) < 0:
             raise ValueError(f'DetMetric: min_gt_points must be >= 0, got {min_gt_points}')
         self.min_gt_points = int(min_gt_points)
-
-    @property
-    def classes(self):
-        """Class names in label order."""
-        if self._classes is not None:
-            return self._classes
-        if self.dataset_meta and self.dataset_meta.get('classes'):
-            return tuple(self.dataset_meta['classes'])
-        raise ValueError('DetMetric: no class names: pass classes=... or evaluate through a dataset with '
-                         "metainfo['classes']")
 
     def thresholds(self, name):
         """(strict[, loose]) IoU thresholds of class ``name``."""

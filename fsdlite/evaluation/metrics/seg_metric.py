@@ -8,6 +8,8 @@ from mmengine.logging import print_log
 
 from fsdlite.registry import METRICS
 
+from ._class_names import ClassNamesMixin
+
 
 def confusion_matrix(gt, pred, num_labels, ignore_index=None):
     """(K, K) int64 confusion matrix, rows = ground truth, columns = prediction.
@@ -51,7 +53,7 @@ def iou_from_confusion(cm):
 
 
 @METRICS.register_module()
-class SegMetric(BaseMetric):
+class SegMetric(ClassNamesMixin, BaseMetric):
     """Per-class IoU from a confusion matrix accumulated over points (generic over datasets).
 
     Label convention (``Det3DDataSample``): ``0..C-1`` are classes; with ``with_background`` the value
@@ -73,20 +75,9 @@ class SegMetric(BaseMetric):
 
     def __init__(self, classes=None, with_background=True, ignore_index=-1, collect_device='cpu', prefix=None):
         super().__init__(collect_device=collect_device, prefix=prefix)
-        self._classes = tuple(classes) if classes is not None else None
+        self._set_classes(classes)
         self.with_background = bool(with_background)
         self.ignore_index = ignore_index
-
-    @property
-    def classes(self):
-        """Class names (config value, else ``dataset_meta['classes']``)."""
-        if self._classes is not None:
-            return self._classes
-        meta = self.dataset_meta or {}
-        if 'classes' not in meta:
-            raise ValueError('SegMetric needs class names: pass classes=[...] or use a dataset whose metainfo has '
-                             "'classes'")
-        return tuple(meta['classes'])
 
     @property
     def label_names(self):
