@@ -15,11 +15,10 @@ from mmengine.model import BaseModel
 from fsdlite.registry import MODELS
 from fsdlite.structures import Det3DDataSample, PointData
 
+from .._modes import dispatch_forward
 from ..layers.builder import build_module
 from ..layers.mlp import build_mlp
 from .blocks import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, GlobalAverageBlock
-
-MODES = ('loss', 'predict', 'tensor')
 
 
 class _KPModel(BaseModel):
@@ -40,13 +39,7 @@ class _KPModel(BaseModel):
     def forward(self, inputs, data_samples=None, mode='tensor'):
         """``inputs``: a KPPyramid. 'loss' -> dict of losses; 'predict' -> data samples with predictions;
         'tensor' -> logits."""
-        if mode not in MODES:
-            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        if mode == 'loss':
-            return self.loss(inputs, data_samples)
-        if mode == 'predict':
-            return self.predict(inputs, data_samples)
-        return self.logits(inputs)
+        return dispatch_forward(self, inputs, data_samples, mode, self.logits)
 
     def extra_losses(self, pyramid):
         """Deformable-kernel regularisers of the last forward, plus truncation statistics (logged only)."""

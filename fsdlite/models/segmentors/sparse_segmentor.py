@@ -5,9 +5,8 @@ from mmengine.model import BaseModel
 from fsdlite.registry import MODELS
 from fsdlite.structures import Det3DDataSample, PointData
 
+from .._modes import dispatch_forward
 from ..layers.builder import build_module
-
-MODES = ('loss', 'predict', 'tensor')
 
 
 @MODELS.register_module()
@@ -61,13 +60,7 @@ class SparseSegmentor(BaseModel):
             point (excluded points are background with score 0); 'tensor': the head outputs dict
             (``seg_logits`` (P, C) ...) of the kept points, or None when there are none.
         """
-        if mode not in MODES:
-            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        if mode == 'loss':
-            return self.loss(inputs, data_samples)
-        if mode == 'predict':
-            return self.predict(inputs, data_samples)
-        return self._head_outputs(inputs)
+        return dispatch_forward(self, inputs, data_samples, mode, self._head_outputs)
 
     def _head_outputs(self, inputs):
         if inputs['voxel_coors'].shape[0] == 0:
