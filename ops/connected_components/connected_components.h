@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "fsdlite_ops/hash_table.h"
+
 #ifdef __CUDACC__
 #define FSDLITE_CC_HD __host__ __device__ inline
 #else
@@ -37,21 +39,12 @@ FSDLITE_CC_HD bool same_key(const CellKey& u, const CellKey& v) {
   return u.x == v.x && u.y == v.y && u.z == v.z && u.b == v.b && u.c == v.c;
 }
 
-FSDLITE_CC_HD uint64_t mix64(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  h ^= h >> 33;
-  return h;
-}
-
 FSDLITE_CC_HD uint64_t hash_key(const CellKey& k) {
-  uint64_t h = mix64(static_cast<uint64_t>(k.x) + 0x9e3779b97f4a7c15ULL);
-  h = mix64(h ^ static_cast<uint64_t>(k.y));
-  h = mix64(h ^ static_cast<uint64_t>(k.z));
-  h = mix64(h ^ static_cast<uint64_t>(k.b));
-  return mix64(h ^ static_cast<uint64_t>(k.c));
+  uint64_t h = hash_table::fmix64(static_cast<uint64_t>(k.x) + 0x9e3779b97f4a7c15ULL);
+  h = hash_table::fmix64(h ^ static_cast<uint64_t>(k.y));
+  h = hash_table::fmix64(h ^ static_cast<uint64_t>(k.z));
+  h = hash_table::fmix64(h ^ static_cast<uint64_t>(k.b));
+  return hash_table::fmix64(h ^ static_cast<uint64_t>(k.c));
 }
 
 // Inverse cell side for a threshold t > 0 in D dimensions.

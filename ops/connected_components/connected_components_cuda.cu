@@ -170,10 +170,9 @@ std::tuple<at::Tensor, at::Tensor> connected_components_cuda(const at::Tensor& p
             n,
             args.ndim,
             per_class};
-  int64_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
+  const int64_t cap = fsdlite::hash_table::table_capacity(n);
   const uint64_t mask = static_cast<uint64_t>(cap - 1);
-  at::Tensor table = at::full({cap}, -1, long_opts);
+  at::Tensor table = at::full({cap}, fsdlite::hash_table::kEmpty, long_opts);
   at::Tensor slot_of = at::empty({n}, long_opts);
   at::Tensor parent = at::empty({n}, long_opts);
   at::Tensor counts = at::zeros({cap}, long_opts);

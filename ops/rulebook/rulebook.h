@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <tuple>
 
+#include "fsdlite_ops/hash_table.h"
+
 #if defined(__CUDACC__)
 #define FSDLITE_RB_HD __host__ __device__
 #else
@@ -54,24 +56,12 @@ void check_inverse_args(const at::Tensor& nbr, int64_t num_rows);
 // Raises the error of a neighbour map that maps (row, offset) to two outputs.
 [[noreturn]] void raise_inverse_conflict(int64_t row, int64_t k, int64_t o1, int64_t o2);
 
-// splitmix64 finaliser: spreads voxel keys over an open-addressing table.
-FSDLITE_RB_HD inline uint64_t mix_key(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-// Smallest power of two >= 2 * n (and >= 16): load factor <= 0.5.
-inline int64_t table_capacity(int64_t n) {
-  int64_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
-  return cap;
-}
-
-constexpr int64_t kEmpty = -1;  // empty slot of a key table (keys are >= 0)
+// Key tables: the shared open-addressing pieces of fsdlite_ops/hash_table.h (splitmix64 mixing, load
+// factor <= 0.5, kEmpty = -1 marks a free slot since keys are >= 0).
+using hash_table::kEmpty;
+using hash_table::kEmptyWord;
+using hash_table::mix_key;
+using hash_table::table_capacity;
 
 // One slot of a key -> value open-addressing table (key and value share a cache line).
 struct Slot {

@@ -19,6 +19,7 @@ namespace fsdlite::rulebook_cuda {
 using fsdlite::rulebook::ConvOutputs;
 using fsdlite::rulebook::Geometry;
 using fsdlite::rulebook::kEmpty;
+using fsdlite::rulebook::kEmptyWord;
 using fsdlite::rulebook::Slot;
 using fsdlite::rulebook::TableView;
 
@@ -39,9 +40,9 @@ __global__ void insert_kernel(const int64_t* coors, const int64_t* num_valid, Ge
   const int64_t key = fsdlite::rulebook::table_key(r[0], r[1], r[2], r[3], g.in_shape);
   int64_t h = fsdlite::rulebook::home_slot(key, mask);
   while (true) {
-    const unsigned long long prev = atomicCAS(key_word(slots, h), static_cast<unsigned long long>(kEmpty),
+    const unsigned long long prev = atomicCAS(key_word(slots, h), kEmptyWord,
                                               static_cast<unsigned long long>(key));
-    if (prev == static_cast<unsigned long long>(kEmpty)) {
+    if (prev == kEmptyWord) {
       slots[h].value = i;
       return;
     }
@@ -100,9 +101,9 @@ __global__ void candidate_kernel(const int64_t* coors, const int64_t* num_valid,
   int64_t h = fsdlite::rulebook::home_slot(key, mask);
   while (true) {
     const unsigned long long prev =
-        atomicCAS(reinterpret_cast<unsigned long long*>(set + h), static_cast<unsigned long long>(kEmpty),
+        atomicCAS(reinterpret_cast<unsigned long long*>(set + h), kEmptyWord,
                   static_cast<unsigned long long>(key));
-    if (prev == static_cast<unsigned long long>(kEmpty)) {
+    if (prev == kEmptyWord) {
       atomicAdd(reinterpret_cast<unsigned long long*>(count), 1ULL);
       return;
     }

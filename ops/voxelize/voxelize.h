@@ -10,6 +10,8 @@
 #include <optional>
 #include <tuple>
 
+#include "fsdlite_ops/hash_table.h"
+
 namespace fsdlite::voxelize {
 
 // Validated geometry of one call. A point is inside iff 0 <= floor((p - lower) / size) < shape on all three
@@ -31,24 +33,8 @@ Grid check_args(const at::Tensor& points, c10::ArrayRef<double> voxel_size, c10:
 // Outputs of an empty (or fully excluded) cloud on the points' device.
 Outputs empty_outputs(const at::Tensor& points, int64_t num_out_of_range, int64_t num_non_finite);
 
-// splitmix64 finaliser: spreads voxel keys over the hash table (host and device).
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline uint64_t mix_key(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-// Smallest power of two >= 2 * n (and >= 16): the open-addressing table keeps its load factor <= 0.5.
-inline int64_t table_capacity(int64_t n) {
-  int64_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
-  return cap;
-}
+// The voxel-key hash table (splitmix64 keys, load factor <= 0.5) is the shared one of fsdlite_ops/hash_table.h.
+using hash_table::mix_key;
+using hash_table::table_capacity;
 
 }  // namespace fsdlite::voxelize

@@ -11,8 +11,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <climits>
-
 #include "fsdlite_ops/common.h"
 #include "voxelize.h"
 
@@ -21,7 +19,7 @@ using fsdlite::voxelize::Grid;
 using fsdlite::voxelize::Outputs;
 
 constexpr int kThreads = 256;
-constexpr unsigned long long kEmptyKey = ULLONG_MAX;
+using fsdlite::hash_table::kEmptyWord;
 
 template <typename T>
 __global__ void insert_kernel(const T* points, int64_t dims, const int64_t* batch, int64_t n, Grid g,
@@ -55,8 +53,8 @@ __global__ void insert_kernel(const T* points, int64_t dims, const int64_t* batc
       static_cast<unsigned long long>(((b * g.shape[2] + v[2]) * g.shape[1] + v[1]) * g.shape[0] + v[0]);
   int64_t h = static_cast<int64_t>(fsdlite::voxelize::mix_key(key) & static_cast<unsigned long long>(mask));
   while (true) {
-    const unsigned long long prev = atomicCAS(keys + h, kEmptyKey, key);
-    if (prev == kEmptyKey || prev == key) break;
+    const unsigned long long prev = atomicCAS(keys + h, kEmptyWord, key);
+    if (prev == kEmptyWord || prev == key) break;
     h = (h + 1) & mask;
   }
   atomicMin(first + h, static_cast<int>(i));
@@ -103,7 +101,7 @@ Outputs voxelize_cuda(const at::Tensor& points_, c10::ArrayRef<double> voxel_siz
   const auto long_opts = points.options().dtype(at::kLong);
   const auto int_opts = points.options().dtype(at::kInt);
   const int64_t capacity = fsdlite::voxelize::table_capacity(n);
-  at::Tensor keys = at::full({capacity}, -1, long_opts);  // all bits set == kEmptyKey
+  at::Tensor keys = at::full({capacity}, fsdlite::hash_table::kEmpty, long_opts);  // all bits set == kEmptyWord
   at::Tensor first = at::full({capacity}, INT_MAX, int_opts);
   at::Tensor count = at::zeros({capacity}, int_opts);
   at::Tensor excluded = at::zeros({2}, long_opts);
