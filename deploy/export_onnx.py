@@ -1,0 +1,74 @@
+#!/usr/bin/env python
+"""Export a config of any family (FSD-lite / FSDv2-lite, VoxelNet, KPFCNN) to a fixed-shape plain-ONNX deploy folder.
+
+    python deploy/export_onnx.py CONFIG CHECKPOINT --out DIR [--bounds FILE] [--batch-size B]
+
+Writes ``DIR/model.onnx`` (opset >= 18, standard ONNX ops only, static shapes; the export fails when a custom
+domain, a data-dependent op such as NonZero/Unique, or a dynamic shape appears), ``DIR/deploy.json`` (bounds,
+inputs/outputs and their meaning, what runs outside the graph), ``DIR/config.py`` and ``DIR/report.md``, and
+prints the report.  CHECKPOINT may be ``random`` (seeded random weights, for smoke tests).  Bounds: ``--bounds``
+(JSON or ``tools/collect_bounds.py --out`` snippet) > the config's ``model.bounds`` > measured on the family's
+frames with ``--margin``.  Exit status: 0 deployable, 1 graph not deployable or ORT differs, 2 set-up error.
+"""
+import argparse
+import os.path as osp
+import sys
+
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from mmengine.config import DictAction  # noqa: E402
+
+from fsdlite.deploy import DeployGraphError, export_model  # noqa: E402
+from fsdlite.deploy.onnx_io import DEFAULT_OPSET  # noqa: E402
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+
+
+def parse_args(argv=None):
+    """Command-line options; returns ``(parser, args)``."""
+    parser = argparse.ArgumentParser(description='Export a fsdlite config to a fixed-shape plain-ONNX deploy folder')
+    parser.add_argument('config', help='model config (FSDLite, FSDv2Lite, VoxelNet, KPFCNN)')
+    parser.add_argument('checkpoint', help='weights file, or "random" for seeded random weights')
+    parser.add_argument('--out', required=True, help='output folder')
+    parser.add_argument('--bounds', default=None, help='bounds file (JSON or "bounds = dict(...)")')
+    parser.add_argument('--batch-size', type=int, default=1, help='batch size fixed in the graph')
+    parser.add_argument('--margin', type=float, default=1.5, help='factor on measured bounds (>= 1)')
+    parser.add_argument('--data-root', default=None, help='folder of the real frames (default ../shared/data)')
+    parser.add_argument('--opset', type=int, default=DEFAULT_OPSET, help=f'ONNX opset (>= {DEFAULT_OPSET})')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+                        help='override config entries (keys must exist), e.g. model.backbone.channels="(8,16)"')
+    parser.add_argument('--verbose', action='store_true', help="show the ONNX exporter's messages")
+    args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
+    if args.margin < 1:
+        parser.error(f'--margin must be >= 1, got {args.margin}')
+    if args.opset < DEFAULT_OPSET:
+        parser.error(f'--opset must be >= {DEFAULT_OPSET} (ScatterElements max/min), got {args.opset}')
+    return parser, args
+
+
+def main(argv=None):
+    """Run the export; returns the exit status."""
+    parser, args = parse_args(argv)
+    try:
+        result = export_model(args.config, args.checkpoint, args.out, args.bounds, args.cfg_options,
+                              args.batch_size, args.margin, args.data_root, opset=args.opset, verbose=args.verbose)
+    except DeployGraphError as exc:
+        print(f'{parser.prog}: NOT DEPLOYABLE ({args.out}/report.md): {exc}', file=sys.stderr)
+        return 1
+    except (ToolError, FileNotFoundError, ValueError, KeyError, CheckpointLoadError) as exc:
+        parser.exit(2, f'{parser.prog}: error: {exc}\n')
+    print((result.out_dir / 'report.md').read_text())
+    bad = [d.name for d in result.diffs if not d.ok]
+    if bad:
+        print(f'{parser.prog}: ONNX Runtime differs from PyTorch beyond tolerance on {bad}', file=sys.stderr)
+        return 1
+    print(f'wrote {result.out_dir}/model.onnx, deploy.json, config.py, report.md')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

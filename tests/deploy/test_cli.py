@@ -1,0 +1,84 @@
+"""deploy/export_onnx.py, verify_onnx.py and build_trt.py: end to end in subprocesses, option errors in-process."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fsdlite.deploy.exporter import as_config, build_model
+
+
+def run(tiny, script, *args):
+    env = dict(os.environ, OMP_NUM_THREADS='1')
+    return subprocess.run([sys.executable, str(tiny.repo / 'deploy' / script), *map(str, args)], cwd=tiny.repo,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def load_script(tiny, script):
+    spec = importlib.util.spec_from_file_location(f'deploy_{script[:-3]}', tiny.repo / 'deploy' / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def voxelnet_checkpoint(tiny, tmp_path_factory):
+    """A tiny VoxelNet checkpoint (seed 1 weights, not the seed-0 random ones)."""
+    cfg = as_config(tiny.configs['voxelnet'], tiny.options['voxelnet'])
+    model = build_model(cfg.model, seed=1)
+    path = tmp_path_factory.mktemp('ckpt') / 'voxelnet_tiny.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta=dict(seed=1)), path)
+    return path
+
+
+def test_export_verify_and_build_trt_commands(tiny, voxelnet_checkpoint, tmp_path, capsys):
+    out = tmp_path / 'vn'
+    res = run(tiny, 'export_onnx.py', tiny.configs['voxelnet'], voxelnet_checkpoint, '--out', out, '--batch-size', 2,
+              '--cfg-options', *tiny.cli_options('voxelnet'))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert '# Deploy export: VoxelNet (voxelnet)' in res.stdout and 'deployable: yes' in res.stdout
+    assert sorted(p.name for p in out.iterdir()) == ['config.py', 'deploy.json', 'model.onnx', 'report.md']
+    info = json.loads((out / 'deploy.json').read_text())
+    assert info['checkpoint'] == str(voxelnet_checkpoint.resolve()) and info['batch_size'] == 2
+    assert info['graph']['opset'] >= 18 and not info['graph']['problems']
+
+    res = run(tiny, 'verify_onnx.py', out)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stdout.count('final predictions match the eager PyTorch model: yes') == 2
+    assert '2 inputs: 2 verified, 0 exceeded a bound (reported), 0 failed' in res.stdout
+
+    # other weights than the exported ones: every input fails, exit status 1 (in-process, same main())
+    assert load_script(tiny, 'verify_onnx.py').main([str(out), '--checkpoint', 'random']) == 1
+    printed = capsys.readouterr().out
+    assert '0 verified' in printed and '2 failed' in printed and ' NO' in printed
+
+    res = run(tiny, 'build_trt.py', out)
+    assert res.returncode == 0, res.stderr
+    assert 'no TensorRT engine built:' in res.stdout
+    assert not (out / 'model.engine').exists()
+
+
+def test_export_option_errors(tiny, tmp_path, capsys):
+    export = load_script(tiny, 'export_onnx.py')
+    with pytest.raises(SystemExit) as exc:
+        export.main([tiny.configs['voxelnet'], 'random', '--out', str(tmp_path), '--batch-size', '0'])
+    assert exc.value.code == 2 and '--batch-size must be >= 1, got 0' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        export.main([tiny.configs['voxelnet'], str(tmp_path / 'missing.pth'), '--out', str(tmp_path)])
+    assert exc.value.code == 2 and 'missing.pth' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        export.main([tiny.configs['voxelnet'], 'random', '--out', str(tmp_path), '--cfg-options', 'model.nope=1'])
+    assert exc.value.code == 2 and 'model.nope' in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        export.main([tiny.configs['voxelnet'], 'random', '--out', str(tmp_path), '--bounds', str(tmp_path / 'b.json')])
+    assert exc.value.code == 2 and "bounds file" in capsys.readouterr().err
+
+
+def test_verify_and_build_trt_reject_a_non_deploy_folder(tiny, tmp_path, capsys):
+    for script in ('verify_onnx.py', 'build_trt.py'):
+        with pytest.raises(SystemExit) as exc:
+            load_script(tiny, script).main([str(tmp_path)])
+        assert exc.value.code == 2 and 'is not a deploy folder: no deploy.json' in capsys.readouterr().err
