@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include "fsdlite_ops/neighbor_inputs.h"
 #include "../knn/kdtree.h"
 #include "radius_neighbors.h"
 
@@ -17,14 +18,9 @@ std::tuple<at::Tensor, at::Tensor> radius_neighbors_cpu(const at::Tensor& query_
   auto [index, counts] = allocate_outputs(query_, support_, max_neighbors);
   const int64_t nq = query_.size(0), ns = support_.size(0), dim = query_.size(1);
   if (nq == 0 || ns == 0) return {index, counts};
-  const at::Tensor query = query_.contiguous(), support = support_.contiguous();
-  at::Tensor query_batch, support_batch;
-  if (query_batch_.has_value()) {
-    query_batch = query_batch_->contiguous();
-    support_batch = support_batch_->contiguous();
-  }
-  const int64_t* qb = query_batch.defined() ? query_batch.data_ptr<int64_t>() : nullptr;
-  const int64_t* sb = support_batch.defined() ? support_batch.data_ptr<int64_t>() : nullptr;
+  const neighbors::NeighborInputs in(query_, support_, query_batch_, support_batch_);
+  const at::Tensor &query = in.query, &support = in.support;
+  const int64_t *qb = in.qb, *sb = in.sb;
   int64_t* out_index = index.data_ptr<int64_t>();
   int64_t* out_counts = counts.data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "radius_neighbors_cpu", [&] {

@@ -12,6 +12,7 @@
 
 #include "../knn/neighbors_cuda.cuh"
 #include "fsdlite_ops/common.h"
+#include "fsdlite_ops/neighbor_inputs.h"
 #include "radius_neighbors.h"
 
 namespace fsdlite::radius_neighbors_cuda {
@@ -48,14 +49,9 @@ std::tuple<at::Tensor, at::Tensor> radius_neighbors_cuda(const at::Tensor& query
   auto [index, counts] = fsdlite::radius_neighbors::allocate_outputs(query_, support_, max_neighbors);
   const int64_t nq = query_.size(0), ns = support_.size(0), dim = query_.size(1);
   if (nq == 0 || ns == 0) return {index, counts};
-  const at::Tensor query = query_.contiguous(), support = support_.contiguous();
-  at::Tensor query_batch, support_batch;
-  if (query_batch_.has_value()) {
-    query_batch = query_batch_->contiguous();
-    support_batch = support_batch_->contiguous();
-  }
-  const int64_t* qb = query_batch.defined() ? query_batch.data_ptr<int64_t>() : nullptr;
-  const int64_t* sb = support_batch.defined() ? support_batch.data_ptr<int64_t>() : nullptr;
+  const fsdlite::neighbors::NeighborInputs in(query_, support_, query_batch_, support_batch_);
+  const at::Tensor &query = in.query, &support = in.support;
+  const int64_t *qb = in.qb, *sb = in.sb;
   at::Tensor scratch = at::full({nq, max_neighbors}, std::numeric_limits<double>::infinity(), query.options());
   auto stream = c10::cuda::getCurrentCUDAStream().stream();
   const dim3 grid(static_cast<unsigned>(ceil_div(nq, kThreads)));
