@@ -1,0 +1,106 @@
+"""Deployed latency on CPU: PyTorch eager (dynamic shapes) vs PyTorch static (fixed shapes) vs ONNX Runtime.
+
+For every family one model at its configured widths (random weights, seed 0) is exported with
+``fsdlite.deploy.export_model`` and timed end to end on the same input, batch 1:
+
+* ``eager``  -- the original model's dynamic PyTorch inference (preprocessing, spconv / fsdlite.ops, NMS);
+* ``static`` -- the deploy pipeline with the graph run in PyTorch: pre-ops -> fixed-shape graph module -> post-ops;
+* ``ort``    -- the deploy pipeline as shipped (``DeployedModel``): pre-ops -> ONNX Runtime -> post-ops, with its
+  stage split.
+
+Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
+simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
+slower than eager (``eager / ort >= 1``).
+
+    python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--only fsd voxelnet ...]
+"""
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+
+CASES = {
+    'FSD-lite': dict(key='fsd', config='configs/fsd/fsdlite_kitti_static.py', frame='kitti'),
+    'FSDv2-lite': dict(key='fsdv2', config='configs/fsdv2/fsdv2lite_kitti_static.py', frame='kitti'),
+    'VoxelNet': dict(key='voxelnet', config='configs/voxelnet/voxelnet_random_blocks.py', frame=None),
+    'KPFCNN': dict(key='kpfcnn', config='configs/kpconv/kpfcnn_kpconv_scenes.py', frame=None),
+}
+
+
+def measure(case, repeat, warmup, threads, work_dir):
+    """Export one case and time its three variants; returns a dict of milliseconds and the ORT stage split."""
+    from fsdlite.deploy import DeployedModel, export_model, prepare
+    from fsdlite.deploy.adapter import Frame
+    from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
+    frames = None
+    if case['frame']:
+        frames = [Frame(case['frame'], [load_lidar_frame(case['frame'], 4)], LIDAR_FRAMES[case['frame']][2])]
+    _, adapter, frames, _ = prepare(case['config'], 'random', frames=frames)
+    out_dir = Path(work_dir) / case['key']
+    result = export_model(case['config'], 'random', out_dir, frames=frames[:1], bounds=adapter.bounds)
+    deployed = DeployedModel(out_dir, threads)
+    adapter.load_host_state(deployed.info['host_state'])
+    data = frames[0].data
+
+    def static():
+        pre = adapter.pre_ops(data)
+        return adapter.post_ops(adapter.run_torch_graph(pre.inputs), pre)
+
+    with torch.no_grad():
+        times = dict(eager=h.time_call(lambda: adapter.reference(data), repeat, warmup),
+                     static=h.time_call(static, repeat, warmup),
+                     ort=h.time_call(lambda: deployed.run(data), repeat, warmup))
+    stages = {k: [] for k in ('pre_ops', 'graph', 'post_ops')}
+    for _ in range(max(repeat, 1)):
+        for k, v in deployed.run(data).seconds.items():
+            stages[k].append(v)
+    split = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in stages.items()}
+    match = adapter.compare_results(deployed.run(data).results, adapter.reference(data))
+    return dict(ms={k: v * 1e3 for k, v in times.items()}, ort_split_ms=split, nodes=result.summary.num_nodes,
+                mib=result.info['graph']['bytes'] / 2**20, same=match.same, input=frames[0].name)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true', help='fewer repetitions (smoke run)')
+    parser.add_argument('--threads', type=int, default=1, help='torch and ONNX Runtime intra-op threads')
+    parser.add_argument('--repeat', type=int, default=None, help='timed runs per variant (median)')
+    parser.add_argument('--only', nargs='+', choices=[c['key'] for c in CASES.values()], default=None,
+                        help='run only these models')
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error(f'--threads must be >= 1, got {args.threads}')
+    repeat = args.repeat or (3 if args.quick else 10)
+    if repeat < 1:
+        parser.error(f'--repeat must be >= 1, got {repeat}')
+    warmup = 1 if args.quick else 2
+    torch.set_num_threads(args.threads)
+    import onnxruntime
+    print(f'torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, {args.threads} thread(s), median of '
+          f'{repeat} runs after {warmup} warm-up, random weights at configured widths, batch 1')
+    rows, payload = [], {}
+    with tempfile.TemporaryDirectory(prefix='fsdlite-deploy-bench-') as work_dir:
+        for name, case in CASES.items():
+            if args.only and case['key'] not in args.only:
+                continue
+            r = measure(case, repeat, warmup, args.threads, work_dir)
+            ms, split = r['ms'], r['ort_split_ms']
+            rows.append([name, r['input'], f'{ms["eager"]:.1f}', f'{ms["static"]:.1f}', f'{ms["ort"]:.1f}',
+                         f'{split["pre_ops"]:.1f} / {split["graph"]:.1f} / {split["post_ops"]:.1f}',
+                         f'{ms["eager"] / ms["ort"]:.2f}x', f'{ms["static"] / ms["ort"]:.2f}x',
+                         'yes' if r['same'] else 'NO'])
+            payload[case['key']] = r
+    h.print_table(['model', 'input', 'eager ms', 'static ms', 'ORT ms', 'ORT pre/graph/post ms', 'eager/ORT',
+                   'static/ORT', 'same result'], rows)
+    slower = [k for k, r in payload.items() if r['ms']['ort'] > r['ms']['eager']]
+    print('target (ORT not slower than eager): ' + ('met for all' if not slower else f'NOT met for {slower}'))
+    h.print_result(dict(benchmark='deploy_latency', threads=args.threads, repeat=repeat, results=payload))
+
+
+if __name__ == '__main__':
+    main()
