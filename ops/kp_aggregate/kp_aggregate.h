@@ -43,6 +43,36 @@ at::Tensor forward_chunked(const Args& a, const kp::Primitives& p);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_chunked(const at::Tensor& grad_out, const Args& a,
                                                                 std::array<bool, 3> mask, const kp::Primitives& p);
 
+// Kernel drivers behind the kp_aggregate schemas: forward (M, C) from validated arguments, and the
+// gradients (features, depthwise, gen_weights) of grad_out (M, C) under an output mask.
+using ForwardDriver = at::Tensor (*)(const Args& a);
+using BackwardDriver = std::tuple<at::Tensor, at::Tensor, at::Tensor> (*)(const at::Tensor& grad_out, const Args& a,
+                                                                          std::array<bool, 3> mask);
+
+// The kp_aggregate schema bound to a forward driver: validates the arguments, then runs `Driver`.
+template <ForwardDriver Driver>
+at::Tensor forward_op(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
+                      const at::Tensor& features, const at::Tensor& kernel_points,
+                      const c10::optional<at::Tensor>& depthwise, const c10::optional<at::Tensor>& gen_weights,
+                      double sigma, c10::string_view influence, c10::string_view aggregation) {
+  return Driver(check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma, influence,
+                           aggregation));
+}
+
+// The kp_aggregate_backward schema bound to a backward driver: validates the arguments and grad_out,
+// then runs `Driver`.
+template <BackwardDriver Driver>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
+    const at::Tensor& grad_out, const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
+    const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
+    const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
+    c10::string_view aggregation, std::array<bool, 3> output_mask) {
+  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
+                            influence, aggregation);
+  check_grad_out(grad_out, a);
+  return Driver(grad_out, a, output_mask);
+}
+
 at::Tensor neighbor_aggregate_op(const at::Tensor& neighbors, const at::Tensor& features, const at::Tensor& weights,
                                  int64_t chunk_elements);
 

@@ -151,44 +151,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_cpu(const at::Tensor& gr
   return {gx, gd, ga};
 }
 
-at::Tensor kp_aggregate_cpu(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-                            const at::Tensor& features, const at::Tensor& kernel_points,
-                            const c10::optional<at::Tensor>& depthwise, const c10::optional<at::Tensor>& gen_weights,
-                            double sigma, c10::string_view influence, c10::string_view aggregation) {
-  return forward_cpu(check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                                influence, aggregation));
-}
+// The device-generic chunked drivers on the CPU primitives (the private _kp_aggregate_chunked* ops).
+at::Tensor forward_chunked_cpu(const Args& a) { return forward_chunked(a, kp::cpu::primitives()); }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_backward_cpu(
-    const at::Tensor& grad_out, const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-    const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
-    const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
-    c10::string_view aggregation, std::array<bool, 3> output_mask) {
-  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                            influence, aggregation);
-  check_grad_out(grad_out, a);
-  return backward_cpu(grad_out, a, output_mask);
-}
-
-at::Tensor kp_aggregate_chunked_cpu(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-                                    const at::Tensor& features, const at::Tensor& kernel_points,
-                                    const c10::optional<at::Tensor>& depthwise,
-                                    const c10::optional<at::Tensor>& gen_weights, double sigma,
-                                    c10::string_view influence, c10::string_view aggregation) {
-  return forward_chunked(check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                                    influence, aggregation),
-                         kp::cpu::primitives());
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> kp_aggregate_chunked_backward_cpu(
-    const at::Tensor& grad_out, const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,
-    const at::Tensor& features, const at::Tensor& kernel_points, const c10::optional<at::Tensor>& depthwise,
-    const c10::optional<at::Tensor>& gen_weights, double sigma, c10::string_view influence,
-    c10::string_view aggregation, std::array<bool, 3> output_mask) {
-  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
-                            influence, aggregation);
-  check_grad_out(grad_out, a);
-  return backward_chunked(grad_out, a, output_mask, kp::cpu::primitives());
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_chunked_cpu(const at::Tensor& grad_out, const Args& a,
+                                                                    std::array<bool, 3> mask) {
+  return backward_chunked(grad_out, a, mask, kp::cpu::primitives());
 }
 
 at::Tensor neighbor_aggregate_cpu(const at::Tensor& neighbors, const at::Tensor& features, const at::Tensor& weights) {
@@ -208,10 +176,11 @@ std::tuple<at::Tensor, at::Tensor> neighbor_aggregate_backward_cpu(const at::Ten
 }  // namespace fsdlite::kp_aggregate
 
 TORCH_LIBRARY_IMPL(fsdlite, CPU, m) {
-  m.impl("kp_aggregate", &fsdlite::kp_aggregate::kp_aggregate_cpu);
-  m.impl("kp_aggregate_backward", &fsdlite::kp_aggregate::kp_aggregate_backward_cpu);
-  m.impl("_kp_aggregate_chunked", &fsdlite::kp_aggregate::kp_aggregate_chunked_cpu);
-  m.impl("_kp_aggregate_chunked_backward", &fsdlite::kp_aggregate::kp_aggregate_chunked_backward_cpu);
+  namespace kpa = fsdlite::kp_aggregate;
+  m.impl("kp_aggregate", &kpa::forward_op<kpa::forward_cpu>);
+  m.impl("kp_aggregate_backward", &kpa::backward_op<kpa::backward_cpu>);
+  m.impl("_kp_aggregate_chunked", &kpa::forward_op<kpa::forward_chunked_cpu>);
+  m.impl("_kp_aggregate_chunked_backward", &kpa::backward_op<kpa::backward_chunked_cpu>);
   m.impl("neighbor_aggregate", &fsdlite::kp_aggregate::neighbor_aggregate_cpu);
   m.impl("neighbor_aggregate_backward", &fsdlite::kp_aggregate::neighbor_aggregate_backward_cpu);
 }
