@@ -14,6 +14,7 @@ import torch
 from .. import _checks
 from ..build import load_family
 from ..kpconv import AGGREGATIONS, INFLUENCES, check_geometry
+from ..kpconv._glue import grad_fakes, register_kp_autograd
 
 load_family('kp_aggregate')
 
@@ -21,22 +22,10 @@ _OP = 'kp_aggregate'
 _NB_OP = 'neighbor_aggregate'
 
 
-def _grad_like(t, wanted):
-    return t.new_empty(t.shape) if (t is not None and wanted) else None
-
-
 @torch.library.register_fake('fsdlite::kp_aggregate')
 def _kp_aggregate_fake(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma, influence,
                        aggregation):
     return features.new_empty((q_pts.shape[0], features.shape[1]))
-
-
-@torch.library.register_fake('fsdlite::kp_aggregate_backward')
-def _kp_aggregate_backward_fake(grad_out, q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights,
-                                sigma, influence, aggregation, output_mask):
-    outs = [_grad_like(features, output_mask[0]), _grad_like(depthwise, output_mask[1]),
-            _grad_like(gen_weights, output_mask[2])]
-    return tuple(o if o is not None else features.new_empty((0,)) for o in outs)
 
 
 @torch.library.register_fake('fsdlite::neighbor_aggregate')
@@ -46,27 +35,7 @@ def _neighbor_aggregate_fake(neighbors, features, weights):
 
 @torch.library.register_fake('fsdlite::neighbor_aggregate_backward')
 def _neighbor_aggregate_backward_fake(grad_out, neighbors, features, weights, output_mask):
-    outs = [_grad_like(features, output_mask[0]), _grad_like(weights, output_mask[1])]
-    return tuple(o if o is not None else features.new_empty((0,)) for o in outs)
-
-
-def _kp_setup_context(ctx, inputs, output):
-    q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma, influence, aggregation = inputs
-    ctx.params = (sigma, influence, aggregation)
-    ctx.present = (True, depthwise is not None, gen_weights is not None)
-    ctx.save_for_backward(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights)
-
-
-def _kp_backward(ctx, grad_out):
-    q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    mask = [need[3] and ctx.present[0], need[5] and ctx.present[1], need[6] and ctx.present[2]]
-    if not any(mask):
-        return (None,) * 10
-    grads = torch.ops.fsdlite.kp_aggregate_backward(grad_out, q_pts, s_pts, neighbors, features, kernel_points,
-                                                    depthwise, gen_weights, *ctx.params, mask)
-    gx, gd, ga = (g if m else None for g, m in zip(grads, mask))
-    return None, None, None, gx, None, gd, ga, None, None, None
+    return grad_fakes(features, [features, weights], output_mask)
 
 
 def _nb_setup_context(ctx, inputs, output):
@@ -82,7 +51,8 @@ def _nb_backward(ctx, grad_out):
     return None, gx if mask[0] else None, gw if mask[1] else None
 
 
-torch.library.register_autograd('fsdlite::kp_aggregate', _kp_backward, setup_context=_kp_setup_context)
+# Gradients flow to features, depthwise and gen_weights (inputs 3, 5, 6).
+register_kp_autograd(_OP, (3, 5, 6))
 torch.library.register_autograd('fsdlite::neighbor_aggregate', _nb_backward, setup_context=_nb_setup_context)
 
 

@@ -10,6 +10,7 @@ import torch
 
 from .. import _checks
 from ..build import load_family
+from ._glue import register_kp_autograd
 
 load_family('kpconv')
 
@@ -18,44 +19,14 @@ AGGREGATIONS = ('sum', 'nearest')
 _OP = 'kpconv'
 
 
-def _grad_like(t, wanted):
-    return t.new_empty(t.shape) if wanted else t.new_empty((0,))
-
-
 @torch.library.register_fake('fsdlite::kpconv')
 def _kpconv_fake(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations, sigma, influence,
                  aggregation):
     return features.new_empty((q_pts.shape[0], weights.shape[2]))
 
 
-@torch.library.register_fake('fsdlite::kpconv_backward')
-def _kpconv_backward_fake(grad_out, q_pts, s_pts, neighbors, features, kernel_points, weights, modulations,
-                          sigma, influence, aggregation, output_mask):
-    gm = _grad_like(modulations, output_mask[3]) if modulations is not None else features.new_empty((0,))
-    return (_grad_like(features, output_mask[0]), _grad_like(kernel_points, output_mask[1]),
-            _grad_like(weights, output_mask[2]), gm)
-
-
-def _setup_context(ctx, inputs, output):
-    q_pts, s_pts, neighbors, features, kernel_points, weights, modulations, sigma, influence, aggregation = inputs
-    ctx.params = (sigma, influence, aggregation)
-    ctx.has_mod = modulations is not None
-    ctx.save_for_backward(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations)
-
-
-def _backward(ctx, grad_out):
-    q_pts, s_pts, neighbors, features, kernel_points, weights, modulations = ctx.saved_tensors
-    need = ctx.needs_input_grad
-    mask = [need[3], need[4], need[5], ctx.has_mod and need[6]]
-    if not any(mask):
-        return (None,) * 10
-    gx, gkp, gw, gm = torch.ops.fsdlite.kpconv_backward(grad_out, q_pts, s_pts, neighbors, features, kernel_points,
-                                                        weights, modulations, *ctx.params, mask)
-    pick = [g if m else None for g, m in zip((gx, gkp, gw, gm), mask)]
-    return None, None, None, pick[0], pick[1], pick[2], pick[3], None, None, None
-
-
-torch.library.register_autograd('fsdlite::kpconv', _backward, setup_context=_setup_context)
+# Gradients flow to features, kernel_points, weights and modulations (inputs 3, 4, 5, 6).
+register_kp_autograd(_OP, (3, 4, 5, 6))
 
 
 def check_geometry(op, q_pts, s_pts, neighbors, kernel_points, features, sigma, influence, aggregation):
