@@ -9,16 +9,18 @@ Workloads (FSD's clustering, reference/fsd.md §1.1/§1.2 step 7):
 The scipy variant times the whole path: one cKDTree per (sample, class) + query_pairs (strict:
 radius nextafter(t, 0)) + sparse adjacency + csgraph.connected_components.
 """
-import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-SCRIPT = str(Path(__file__).resolve())
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _point_clouds import SHARED  # noqa: E402
+from _scaffold import case  # noqa: E402
+
 THRESHOLDS = (0.6, 0.1, 0.4)  # FSD Waymo connected_dist: Car, Ped, Cyc
-SHARED_DATA = Path(os.environ.get('FSDLITE_SHARED_DATA', Path(__file__).resolve().parents[2].parent / 'shared' / 'data'))
-WAYMO_PC = SHARED_DATA / 'spconv_waymo' / 'benchmark-pc.npz'  # traveller59/spconv@263d6b4:test/data/benchmark-pc.npz
+WAYMO_PC = SHARED / 'spconv_waymo' / 'benchmark-pc.npz'  # traveller59/spconv@263d6b4:test/data/benchmark-pc.npz
 LABELS = ('fsdlite.ops', 'torch reference', 'scipy cKDTree+csgraph')
 
 
@@ -94,13 +96,6 @@ def cases(quick):
     if not WAYMO_PC.is_file():
         print(f'[connected_components] {WAYMO_PC} is absent: skipping the lidar-frame case')
         sizes = [s for s in sizes if s[0] != 'lidar']
-    out = []
-    for workload, n in sizes:
-        kwargs = dict(workload=workload, n=n)
-        name = 'voted centres, 3 cls, 2 samples' if workload == 'voted' else 'waymo lidar xy 0.2 m'
-        out.append(dict(
-            op='connected_components', size=f'{n // 1000}k {name}',
-            variants={label: work(label, **kwargs) for label in LABELS},
-            baseline='torch reference',
-            memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(LABELS))))
-    return out
+    names = {'voted': 'voted centres, 3 cls, 2 samples', 'lidar': 'waymo lidar xy 0.2 m'}
+    return [case('connected_components', f'{n // 1000}k {names[workload]}', work, LABELS, 'torch reference',
+                 workload=workload, n=n) for workload, n in sizes]

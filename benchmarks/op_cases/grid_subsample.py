@@ -7,7 +7,6 @@ and the S3DIS conference-room subset (246k points) at 4 cm with RGB features and
     python benchmarks/ops.py --only grid_subsample
     python benchmarks/op_cases/grid_subsample.py --scaling   # largest size within 8 GiB
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -15,8 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _point_clouds import indoor_points, lidar_points  # noqa: E402
-
-SCRIPT = str(Path(__file__).resolve())
+from _scaffold import case, fit_8gib, harness, print_samples, scaling_samples, script_main  # noqa: E402
 
 
 def work(variant, workload, n=0, voxel=0.1):
@@ -36,10 +34,7 @@ def work(variant, workload, n=0, voxel=0.1):
 
 
 def _case(size, **kwargs):
-    variants = ('fsdlite', 'reference')
-    return dict(op='grid_subsample', size=size, baseline='reference',
-                variants={v: work(v, **kwargs) for v in variants},
-                memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(variants)))
+    return case('grid_subsample', size, work, ('fsdlite', 'reference'), 'reference', **kwargs)
 
 
 def cases(quick):
@@ -51,30 +46,12 @@ def cases(quick):
 
 def scaling(threads):
     """Peak memory of the op at growing sizes (fresh processes) and the size that would fill 8 GiB."""
-    sys.path.insert(0, str(Path(SCRIPT).parents[1]))
-    import _harness as h
-    samples = []
-    for n in (250_000, 500_000, 1_000_000, 2_000_000):
-        res = h.run_isolated(SCRIPT, 'work', dict(variant='fsdlite', workload='lidar', n=n, voxel=0.1),
-                             threads=threads)
-        samples.append((n, res['peak_bytes'], res['seconds']))
-    h.print_table(['points', 's', 'peak', 'bytes/point'],
-                  [[f'{n:,}', f'{t:.2f}', h.fmt_bytes(b), f'{b / n:.0f}'] for n, b, t in samples])
-    (n0, b0, _), (n1, b1, t1) = samples[0], samples[-1]
-    per_point = (b1 - b0) / (n1 - n0)
-    limit = int(n1 + (8 * 2**30 - b1) / per_point)
-    print(f'C=4: {per_point:.0f} B/point -> ~{limit:,} points within 8 GiB '
-          f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
-    h.print_result({'grid_subsample_scaling': {'bytes_per_point': round(per_point, 1),
-                                               'points_within_8GiB': limit}})
+    runs = [(n, dict(variant='fsdlite', workload='lidar', n=n, voxel=0.1))
+            for n in (250_000, 500_000, 1_000_000, 2_000_000)]
+    samples = scaling_samples(work, runs, threads)
+    print_samples(samples)
+    harness().print_result({'grid_subsample_scaling': fit_8gib(samples, 'C=4', threads)})
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--scaling', action='store_true')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    if args.scaling:
-        scaling(args.threads)
-    else:
-        parser.print_help()
+    script_main(__doc__, scaling)

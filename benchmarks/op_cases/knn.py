@@ -11,7 +11,6 @@ Peak memory of every variant is measured in a fresh subprocess (knn must stay O(
     python benchmarks/ops.py --only knn            # the table
     python benchmarks/op_cases/knn.py --scaling     # peak memory vs size -> largest size within 8 GiB
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _point_clouds import lidar_points  # noqa: E402
+from _scaffold import case, fit_8gib, harness, sample_row, scaling_samples, script_main  # noqa: E402
 
-SCRIPT = str(Path(__file__).resolve())
 CHUNK_BYTES = 256 << 20  # cdist+topk: distance-matrix bytes per voxel chunk
 
 
@@ -59,9 +58,7 @@ def work(variant, workload, k, n=0, queries=0, voxels=0, muons=0):
 
 
 def _case(size, variants, **kwargs):
-    return dict(op='knn', size=size, baseline=variants[1] if len(variants) > 1 else variants[0],
-                variants={v: work(v, **kwargs) for v in variants},
-                memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(variants)))
+    return case('knn', size, work, variants, variants[1] if len(variants) > 1 else variants[0], **kwargs)
 
 
 def cases(quick):
@@ -81,35 +78,15 @@ def cases(quick):
 
 def scaling(threads):
     """Peak memory of the op at growing sizes (fresh processes) and the size that would fill 8 GiB."""
-    sys.path.insert(0, str(Path(SCRIPT).parents[1]))
-    import _harness as h
-    runs = [('lidar', dict(workload='lidar', k=16, n=n, queries=n), n) for n in (30_000, 60_000, 120_000, 198_000)]
-    runs += [('voxels', dict(workload='voxels', k=25, voxels=1000, muons=m), 1000 * m) for m in (500, 1000, 2000, 3000)]
-    rows, fits = [], {}
-    for name, kwargs, points in runs:
-        res = h.run_isolated(SCRIPT, 'work', dict(kwargs, variant='fsdlite'), threads=threads)
-        rows.append([name, f'{points:,}', f'{res["seconds"]:.2f}', h.fmt_bytes(res['peak_bytes']),
-                     f'{res["peak_bytes"] / points:.0f}'])
-        fits.setdefault(name, []).append((points, res['peak_bytes'], res['seconds']))
-    h.print_table(['workload', 'points', 's', 'peak', 'bytes/point'], rows)
-    limits = {}
-    for name, samples in fits.items():
-        (n0, b0, _), (n1, b1, t1) = samples[0], samples[-1]
-        per_point = (b1 - b0) / (n1 - n0)
-        limit = int(n1 + (8 * 2**30 - b1) / per_point)
-        limits[name] = {'bytes_per_point': round(per_point, 1), 'points_within_8GiB': limit,
-                        'seconds_at_limit_est': round(t1 * limit / n1, 1)}
-        print(f'{name}: {per_point:.0f} B/point -> ~{limit:,} points within 8 GiB '
-              f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
-    h.print_result({'knn_scaling': limits})
+    runs = {'lidar': [(n, dict(workload='lidar', k=16, n=n, queries=n, variant='fsdlite'))
+                      for n in (30_000, 60_000, 120_000, 198_000)],
+            'voxels': [(1000 * m, dict(workload='voxels', k=25, voxels=1000, muons=m, variant='fsdlite'))
+                       for m in (500, 1000, 2000, 3000)]}
+    fits = {name: scaling_samples(work, workload_runs, threads) for name, workload_runs in runs.items()}
+    harness().print_table(['workload', 'points', 's', 'peak', 'bytes/point'],
+                          [[name, *sample_row(*s)] for name, samples in fits.items() for s in samples])
+    harness().print_result({'knn_scaling': {name: fit_8gib(samples, name, threads) for name, samples in fits.items()}})
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--scaling', action='store_true')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    if args.scaling:
-        scaling(args.threads)
-    else:
-        parser.print_help()
+    script_main(__doc__, scaling)

@@ -3,11 +3,13 @@
 Sizes: ~120k points with 50 boxes, as one sample and as a batch of 5 samples with 10 boxes each;
 peak memory per variant in a fresh subprocess.
 """
+import sys
 from pathlib import Path
 
 import torch
 
-SCRIPT = str(Path(__file__).resolve())
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scaffold import case  # noqa: E402
 
 
 def scene(num_points, num_boxes, batches, seed=0):
@@ -33,13 +35,6 @@ def variant(variant, num_points, num_boxes, batches):
 
 def cases(quick):
     n = 12_000 if quick else 120_000
-    out = []
-    for batches in (1, 5):
-        kwargs = dict(num_points=n, num_boxes=50 // batches, batches=batches)
-        labels = ('fsdlite.ops', 'torch reference')
-        out.append(dict(
-            op='points_in_boxes', size=f'{n // 1000}k pts x {batches}x{50 // batches} boxes',
-            variants={label: variant(label, **kwargs) for label in labels},
-            baseline='torch reference',
-            memory=dict(script=SCRIPT, function='variant', kwargs=kwargs, variants=list(labels))))
-    return out
+    return [case('points_in_boxes', f'{n // 1000}k pts x {batches}x{50 // batches} boxes', variant,
+                 ('fsdlite.ops', 'torch reference'), 'torch reference', num_points=n, num_boxes=50 // batches,
+                 batches=batches) for batches in (1, 5)]

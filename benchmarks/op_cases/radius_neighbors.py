@@ -8,7 +8,6 @@ feeds its convolutions). The reference costs O(Nq * Ns), so it is timed side by 
     python benchmarks/ops.py --only radius_neighbors
     python benchmarks/op_cases/radius_neighbors.py --scaling   # largest size within 8 GiB
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -16,8 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _point_clouds import indoor_points  # noqa: E402
-
-SCRIPT = str(Path(__file__).resolve())
+from _scaffold import case, fit_8gib, harness, print_samples, scaling_samples, script_main  # noqa: E402
 RADIUS, LIMIT, GRID = 0.06, 30, 0.02
 
 
@@ -44,9 +42,7 @@ def work(variant, n, queries, radius=RADIUS, limit=LIMIT):
 
 
 def _case(size, variants, **kwargs):
-    return dict(op='radius_neighbors', size=size, baseline=variants[-1],
-                variants={v: work(v, **kwargs) for v in variants},
-                memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(variants)))
+    return case('radius_neighbors', size, work, variants, variants[-1], **kwargs)
 
 
 def cases(quick):
@@ -62,29 +58,11 @@ def cases(quick):
 
 def scaling(threads):
     """Peak memory of the op at growing sizes (fresh processes) and the size that would fill 8 GiB."""
-    sys.path.insert(0, str(Path(SCRIPT).parents[1]))
-    import _harness as h
-    samples = []
-    for n in (100_000, 200_000, 400_000, 800_000):
-        res = h.run_isolated(SCRIPT, 'work', dict(variant='fsdlite', n=n, queries=n), threads=threads)
-        samples.append((n, res['peak_bytes'], res['seconds']))
-    h.print_table(['points', 's', 'peak', 'bytes/point'],
-                  [[f'{n:,}', f'{t:.2f}', h.fmt_bytes(b), f'{b / n:.0f}'] for n, b, t in samples])
-    (n0, b0, _), (n1, b1, t1) = samples[0], samples[-1]
-    per_point = (b1 - b0) / (n1 - n0)
-    limit = int(n1 + (8 * 2**30 - b1) / per_point)
-    print(f'H={LIMIT}: {per_point:.0f} B/point -> ~{limit:,} points within 8 GiB '
-          f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
-    h.print_result({'radius_neighbors_scaling': {'bytes_per_point': round(per_point, 1),
-                                                 'points_within_8GiB': limit}})
+    runs = [(n, dict(variant='fsdlite', n=n, queries=n)) for n in (100_000, 200_000, 400_000, 800_000)]
+    samples = scaling_samples(work, runs, threads)
+    print_samples(samples)
+    harness().print_result({'radius_neighbors_scaling': fit_8gib(samples, f'H={LIMIT}', threads)})
 
 
 if __name__ == '__main__':
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--scaling', action='store_true')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    if args.scaling:
-        scaling(args.threads)
-    else:
-        parser.print_help()
+    script_main(__doc__, scaling)

@@ -1,0 +1,99 @@
+"""Scaffolding shared by the op benchmark cases (the case format is described in ``benchmarks/ops.py``).
+
+* :func:`case` builds one case from a module's ``work(variant, **kwargs)`` function (also the entry point
+  that measures a variant's peak memory in a fresh process),
+* :func:`scaling_samples` / :func:`fit_8gib` / :func:`print_samples` measure the op at growing sizes and
+  extrapolate the size that would fill 8 GiB,
+* :func:`script_main` is the command line of a case module (``--scaling [--threads N]``).
+"""
+import argparse
+import inspect
+import sys
+from pathlib import Path
+
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1]
+LIMIT_BYTES = 8 * 2**30
+
+
+def harness():
+    """The ``benchmarks/_harness.py`` module."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    import _harness
+    return _harness
+
+
+def case(op, size, work, variants, baseline, **kwargs):
+    """One benchmark case of ``op``: ``work(variant, **kwargs)`` per variant, peak memory per variant.
+
+    Args:
+        op (str): op name shown in the table.
+        size (str): workload description.
+        work (callable): module-level ``work(variant, **kwargs) -> zero-arg callable``.
+        variants (sequence[str]): variant labels.
+        baseline (str): label of the variant the others are compared with.
+        **kwargs: JSON-serialisable workload arguments of ``work``.
+    Returns:
+        dict: the case (``op, size, baseline, variants, memory``).
+    """
+    return dict(op=op, size=size, baseline=baseline, variants={v: work(v, **kwargs) for v in variants},
+                memory=dict(script=str(Path(inspect.getfile(work)).resolve()), function=work.__name__, kwargs=kwargs,
+                            variants=list(variants)))
+
+
+def scaling_samples(work, runs, threads):
+    """Seconds and peak memory of ``work(**kwargs)()`` in fresh processes.
+
+    Args:
+        work (callable): module-level work function (called in the child by its script and name).
+        runs (list[tuple[int, dict]]): ``(points, kwargs)`` per run, growing sizes.
+        threads (int): torch threads in the child.
+    Returns:
+        list[tuple[int, int, float]]: ``(points, peak_bytes, seconds)`` per run.
+    """
+    h = harness()
+    script = str(Path(inspect.getfile(work)).resolve())
+    samples = []
+    for points, kwargs in runs:
+        res = h.run_isolated(script, work.__name__, kwargs, threads=threads)
+        samples.append((points, res['peak_bytes'], res['seconds']))
+    return samples
+
+
+def sample_row(points, peak_bytes, seconds):
+    """Table cells ``[points, s, peak, bytes/point]`` of one sample."""
+    return [f'{points:,}', f'{seconds:.2f}', harness().fmt_bytes(peak_bytes), f'{peak_bytes / points:.0f}']
+
+
+def print_samples(samples):
+    """Table of ``(points, peak_bytes, seconds)`` samples."""
+    harness().print_table(['points', 's', 'peak', 'bytes/point'], [sample_row(*s) for s in samples])
+
+
+def fit_8gib(samples, name, threads):
+    """Linear fit of peak memory over points (first and last sample) and the size filling 8 GiB; prints it.
+
+    Returns:
+        dict: ``bytes_per_point``, ``points_within_8GiB``, ``seconds_at_limit_est`` (linear in time too).
+    """
+    (n0, b0, _), (n1, b1, t1) = samples[0], samples[-1]
+    per_point = (b1 - b0) / (n1 - n0)
+    limit = int(n1 + (LIMIT_BYTES - b1) / per_point)
+    print(f'{name}: {per_point:.0f} B/point -> ~{limit:,} points within 8 GiB '
+          f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
+    return {'bytes_per_point': round(per_point, 1), 'points_within_8GiB': limit,
+            'seconds_at_limit_est': round(t1 * limit / n1, 1)}
+
+
+def script_main(doc, scaling):
+    """Command line of a case module: ``--scaling`` runs ``scaling(threads)``, else prints the help."""
+    parser = argparse.ArgumentParser(description=doc.split('\n\n')[0])
+    parser.add_argument('--scaling', action='store_true')
+    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    if args.scaling:
+        scaling(args.threads)
+    else:
+        parser.print_help()
