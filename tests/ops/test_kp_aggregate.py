@@ -1,66 +1,33 @@
 """Tests of the fused kp_aggregate / neighbor_aggregate ops against their pure-torch references."""
 import itertools
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _kp_helpers import assert_cuda_matches_cpu, assert_matches, kp_problem, require_grad, s3dis_neighborhoods
 from fsdlite.ops import kp_aggregate, neighbor_aggregate
 from fsdlite.ops.kp_aggregate.reference import kp_aggregate_reference, neighbor_aggregate_reference
+from fsdlite.ops.kpconv import AGGREGATIONS, INFLUENCES
 
-INFLUENCES = ('constant', 'linear', 'gaussian')
-AGGREGATIONS = ('sum', 'nearest')
 GRAD_KEYS = ('features', 'depthwise', 'gen_weights')
 
 
 def problem(m=6, n=8, h=5, k=3, c=4, w=2, dtype=torch.float64, depthwise=True, gen=True, per_query=False, seed=0,
             shadow=0.2, requires_grad=True):
     """Random kp_aggregate arguments (random neighbour slots in [0, N], N = shadow)."""
-    g = torch.Generator().manual_seed(seed)
-    nb = torch.randint(0, max(n, 1), (m, h), generator=g)
-    nb[torch.rand(m, h, generator=g) < shadow] = n
-    if n == 0:
-        nb.fill_(0)
-    args = dict(
-        q_pts=torch.rand(m, 3, generator=g, dtype=dtype),
-        s_pts=torch.rand(n, 3, generator=g, dtype=dtype),
-        neighbors=nb,
-        features=torch.randn(n, c, generator=g, dtype=dtype),
-        kernel_points=0.3 * torch.randn((m, k, 3) if per_query else (k, 3), generator=g, dtype=dtype),
-        depthwise=torch.randn(k, c, generator=g, dtype=dtype) if depthwise else None,
-        gen_weights=torch.randn(m, k, w, generator=g, dtype=dtype) if gen else None,
-    )
-    if requires_grad:
-        for key in GRAD_KEYS:
-            if args[key] is not None:
-                args[key].requires_grad_(True)
-    return args
-
-
-def outputs_and_grads(fn, args, keys=GRAD_KEYS, **params):
-    y = fn(**args, **params)
-    probe = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
-    inputs = [args[k] for k in keys if args[k] is not None]
-    grads = torch.autograd.grad((y * probe).sum(), inputs, allow_unused=True, materialize_grads=True) \
-        if inputs and y.requires_grad else [torch.zeros_like(t) for t in inputs]
-    return y, grads
-
-
-def assert_matches(fn, ref, args, keys=GRAD_KEYS, atol=1e-10, rtol=1e-7, **params):
-    y, grads = outputs_and_grads(fn, args, keys, **params)
-    y_ref, grads_ref = outputs_and_grads(ref, args, keys, **params)
-    torch.testing.assert_close(y, y_ref, atol=atol, rtol=rtol)
-    for name, g, g_ref in zip([k for k in keys if args[k] is not None], grads, grads_ref):
-        torch.testing.assert_close(g, g_ref, atol=atol, rtol=rtol, msg=lambda m: f'grad of {name}: {m}')
+    g, args = kp_problem(m, n, h, k, c, dtype, per_query, seed, shadow)
+    args.update(depthwise=torch.randn(k, c, generator=g, dtype=dtype) if depthwise else None,
+                gen_weights=torch.randn(m, k, w, generator=g, dtype=dtype) if gen else None)
+    return require_grad(args, GRAD_KEYS) if requires_grad else args
 
 
 @pytest.mark.parametrize('influence,aggregation,depthwise,gen',
                          list(itertools.product(INFLUENCES, AGGREGATIONS, [False, True], [False, True])))
 def test_matches_reference(influence, aggregation, depthwise, gen):
     args = problem(depthwise=depthwise, gen=gen, seed=2 * INFLUENCES.index(influence) + depthwise)
-    assert_matches(kp_aggregate, kp_aggregate_reference, args, sigma=0.7, influence=influence,
+    assert_matches(kp_aggregate, kp_aggregate_reference, args, GRAD_KEYS, sigma=0.7, influence=influence,
                    aggregation=aggregation)
 
 
@@ -85,7 +52,7 @@ def test_group_layout_channel_c_uses_weight_c_div_g():
 
 def test_float32_several_chunks():
     args = problem(m=1200, n=500, h=16, k=15, c=192, w=12, dtype=torch.float32, seed=5)
-    assert_matches(kp_aggregate, kp_aggregate_reference, args, atol=2e-4, rtol=2e-4, sigma=0.5,
+    assert_matches(kp_aggregate, kp_aggregate_reference, args, GRAD_KEYS, atol=2e-4, rtol=2e-4, sigma=0.5,
                    influence='linear', aggregation='nearest')
 
 
@@ -107,7 +74,7 @@ def test_opcheck():
 def test_property_matches_reference(m, n, h, k, cw, shadow, influence, aggregation, depthwise, gen, per_query, seed):
     args = problem(m, n, h, k, cw[0], cw[1], depthwise=depthwise, gen=gen, per_query=per_query, seed=seed,
                    shadow=shadow)
-    assert_matches(kp_aggregate, kp_aggregate_reference, args, sigma=0.7, influence=influence,
+    assert_matches(kp_aggregate, kp_aggregate_reference, args, GRAD_KEYS, sigma=0.7, influence=influence,
                    aggregation=aggregation)
 
 
@@ -136,24 +103,15 @@ def test_neighbor_aggregate_gradcheck_and_chunks():
 
 
 def test_real_s3dis_neighborhoods(shared_data):
-    """Fused vs reference on real geometry: S3DIS Area 5 conferenceRoom_1 subset (DERIVED from
-    SysCV/vis4d-test-data@8e92136:s3d_test/Area_5/conferenceRoom_1/Annotations); brute-force
-    radius neighbours (test-only)."""
-    data = np.load(shared_data / 's3dis_area5_conf1' / 'area5_conferenceRoom_1_subset.npz')
-    pick = np.random.default_rng(1).choice(len(data['xyz']), 1200, replace=False)
-    pts = torch.from_numpy(data['xyz'][pick].astype(np.float32))
-    dist = torch.cdist(pts, pts)
-    dist[dist > 0.6] = float('inf')
-    d, nb = dist.sort(1)
-    nb, d = nb[:, :20].clone(), d[:, :20]
-    nb[torch.isinf(d)] = len(pts)
+    """Fused vs reference on real geometry: 1,200 S3DIS points, radius 0.6, H = 20 (see s3dis_neighborhoods)."""
+    pts, rgb, nb = s3dis_neighborhoods(shared_data, 1200, radius=0.6, h=20, seed=1)
     g = torch.Generator().manual_seed(0)
-    feats = torch.from_numpy(data['rgb'][pick].astype(np.float32) / 255.0).repeat(1, 4)
+    feats = rgb.repeat(1, 4)
     args = dict(q_pts=pts, s_pts=pts, neighbors=nb, features=feats.requires_grad_(True),
                 kernel_points=0.25 * torch.randn(15, 3, generator=g),
                 depthwise=torch.randn(15, 12, generator=g).requires_grad_(True),
                 gen_weights=torch.rand(1200, 15, 3, generator=g).requires_grad_(True))
-    assert_matches(kp_aggregate, kp_aggregate_reference, args, atol=1e-4, rtol=1e-4, sigma=0.3,
+    assert_matches(kp_aggregate, kp_aggregate_reference, args, GRAD_KEYS, atol=1e-4, rtol=1e-4, sigma=0.3,
                    influence='linear', aggregation='nearest')
 
 
@@ -214,14 +172,7 @@ def test_direct_op_calls_validate_in_cpp():
 @pytest.mark.parametrize('influence,aggregation', list(itertools.product(INFLUENCES, AGGREGATIONS)))
 def test_cuda_matches_cpu(influence, aggregation):
     args = problem(m=300, n=200, h=10, k=6, c=16, w=4, dtype=torch.float32, per_query=True, seed=11)
-    y, grads = outputs_and_grads(kp_aggregate, args, sigma=0.6, influence=influence, aggregation=aggregation)
-    cuda_args = {k: (v.detach().cuda().requires_grad_(v.requires_grad) if v is not None else None)
-                 for k, v in args.items()}
-    y_cuda, grads_cuda = outputs_and_grads(kp_aggregate, cuda_args, sigma=0.6, influence=influence,
-                                           aggregation=aggregation)
-    torch.testing.assert_close(y_cuda.cpu(), y, atol=1e-4, rtol=1e-4)
-    for g, g_cuda in zip(grads, grads_cuda):
-        torch.testing.assert_close(g_cuda.cpu(), g, atol=1e-4, rtol=1e-4)
+    assert_cuda_matches_cpu(kp_aggregate, args, GRAD_KEYS, sigma=0.6, influence=influence, aggregation=aggregation)
     nb = neighbor_problem(m=200, n=150, h=8, c=16, w=4, seed=12, dtype=torch.float32)
     y = neighbor_aggregate(**nb)
     y_cuda = neighbor_aggregate(**{k: v.detach().cuda() for k, v in nb.items()})

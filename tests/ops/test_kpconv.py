@@ -5,60 +5,31 @@ occur naturally; the op does not depend on how neighbourhoods were found.
 """
 import itertools
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _kp_helpers import (assert_cuda_matches_cpu, assert_matches, kp_problem, outputs_and_grads, require_grad,
+                         s3dis_neighborhoods)
 from fsdlite.ops import kpconv
+from fsdlite.ops.kpconv import AGGREGATIONS, INFLUENCES
 from fsdlite.ops.kpconv.reference import kpconv_reference
 
-INFLUENCES = ('constant', 'linear', 'gaussian')
-AGGREGATIONS = ('sum', 'nearest')
 GRAD_KEYS = ('features', 'kernel_points', 'weights', 'modulations')
 
 
 def problem(m=7, n=9, h=5, k=4, c1=3, c2=2, dtype=torch.float64, per_query=False, mod=False, seed=0,
             shadow=0.2, requires_grad=True):
     """Random kpconv arguments: points in the unit cube, random neighbour slots, some shadows."""
-    g = torch.Generator().manual_seed(seed)
-    nb = torch.randint(0, max(n, 1), (m, h), generator=g)
-    nb[torch.rand(m, h, generator=g) < shadow] = n
-    if n == 0:
-        nb.fill_(0)
-    args = dict(
-        q_pts=torch.rand(m, 3, generator=g, dtype=dtype),
-        s_pts=torch.rand(n, 3, generator=g, dtype=dtype),
-        neighbors=nb,
-        features=torch.randn(n, c1, generator=g, dtype=dtype),
-        kernel_points=0.3 * torch.randn((m, k, 3) if per_query else (k, 3), generator=g, dtype=dtype),
-        weights=torch.randn(k, c1, c2, generator=g, dtype=dtype),
-        modulations=torch.rand(m, k, generator=g, dtype=dtype) if mod else None,
-    )
-    if requires_grad:
-        for key in GRAD_KEYS:
-            if args[key] is not None:
-                args[key].requires_grad_(True)
-    return args
+    g, args = kp_problem(m, n, h, k, c1, dtype, per_query, seed, shadow)
+    args.update(weights=torch.randn(k, c1, c2, generator=g, dtype=dtype),
+                modulations=torch.rand(m, k, generator=g, dtype=dtype) if mod else None)
+    return require_grad(args, GRAD_KEYS) if requires_grad else args
 
 
-def outputs_and_grads(fn, args, **params):
-    """Output and gradients (features, kernel_points, weights, modulations) of sum(y * probe)."""
-    y = fn(**args, **params)
-    probe = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
-    inputs = [args[k] for k in GRAD_KEYS if args[k] is not None]
-    grads = torch.autograd.grad((y * probe).sum(), inputs, allow_unused=True, materialize_grads=True) \
-        if inputs and y.requires_grad else [torch.zeros_like(t) for t in inputs]
-    return y, grads
-
-
-def assert_matches_reference(args, atol=1e-10, rtol=1e-7, **params):
-    y, grads = outputs_and_grads(kpconv, args, **params)
-    y_ref, grads_ref = outputs_and_grads(kpconv_reference, args, **params)
-    torch.testing.assert_close(y, y_ref, atol=atol, rtol=rtol)
-    for name, g, g_ref in zip([k for k in GRAD_KEYS if args[k] is not None], grads, grads_ref):
-        torch.testing.assert_close(g, g_ref, atol=atol, rtol=rtol, msg=lambda m: f'grad of {name}: {m}')
+def assert_matches_reference(args, **params):
+    assert_matches(kpconv, kpconv_reference, args, GRAD_KEYS, **params)
 
 
 @pytest.mark.parametrize('influence,aggregation,per_query,mod',
@@ -126,7 +97,7 @@ def test_nearest_tie_goes_to_first_kernel_point():
 def test_shadow_neighbors_contribute_nothing():
     args = problem(m=3, n=4, h=3, seed=8)
     args['neighbors'] = torch.full((3, 3), 4)
-    y, (gx, gkp, gw) = outputs_and_grads(kpconv, args, sigma=0.5)
+    y, (gx, gkp, gw) = outputs_and_grads(kpconv, args, GRAD_KEYS, sigma=0.5)
     assert torch.count_nonzero(y) == 0 and torch.count_nonzero(gx) == 0 and torch.count_nonzero(gw) == 0
 
 
@@ -161,20 +132,8 @@ def test_backward_saves_only_the_inputs():
 
 
 def test_real_s3dis_neighborhoods(shared_data):
-    """Fused vs reference on real geometry: S3DIS Area 5 conferenceRoom_1 subset (DERIVED from
-    SysCV/vis4d-test-data@8e92136:s3d_test/Area_5/conferenceRoom_1/Annotations), 1,500 points,
-    radius neighbours found by brute force (test-only)."""
-    data = np.load(shared_data / 's3dis_area5_conf1' / 'area5_conferenceRoom_1_subset.npz')
-    rng = np.random.default_rng(0)
-    pick = rng.choice(len(data['xyz']), 1500, replace=False)
-    pts = torch.from_numpy(data['xyz'][pick].astype(np.float32))
-    feats = torch.from_numpy(data['rgb'][pick].astype(np.float32) / 255.0)
-    radius, h = 0.6, 24
-    dist = torch.cdist(pts, pts)
-    dist[dist > radius] = float('inf')
-    d, nb = dist.sort(1)
-    nb, d = nb[:, :h].clone(), d[:, :h]
-    nb[torch.isinf(d)] = len(pts)
+    """Fused vs reference on real geometry: 1,500 S3DIS points, radius 0.6, H = 24 (see s3dis_neighborhoods)."""
+    pts, feats, nb = s3dis_neighborhoods(shared_data, 1500, radius=0.6, h=24, seed=0)
     assert (nb < len(pts)).sum(1).float().mean() > 4  # real neighbourhoods, not all shadows
     g = torch.Generator().manual_seed(0)
     args = dict(q_pts=pts, s_pts=pts, neighbors=nb, features=feats.requires_grad_(True),
@@ -236,11 +195,4 @@ def test_direct_op_call_validates_in_cpp(change, match):
 @pytest.mark.parametrize('influence,aggregation', list(itertools.product(INFLUENCES, AGGREGATIONS)))
 def test_cuda_matches_cpu(influence, aggregation):
     args = problem(m=300, n=200, h=10, k=6, c1=12, c2=5, dtype=torch.float32, per_query=True, mod=True, seed=11)
-    y, grads = outputs_and_grads(kpconv, args, sigma=0.6, influence=influence, aggregation=aggregation)
-    cuda_args = {k: (v.detach().cuda().requires_grad_(v.requires_grad) if v is not None else None)
-                 for k, v in args.items()}
-    y_cuda, grads_cuda = outputs_and_grads(kpconv, cuda_args, sigma=0.6, influence=influence,
-                                           aggregation=aggregation)
-    torch.testing.assert_close(y_cuda.cpu(), y, atol=1e-4, rtol=1e-4)
-    for g, g_cuda in zip(grads, grads_cuda):
-        torch.testing.assert_close(g_cuda.cpu(), g, atol=1e-4, rtol=1e-4)
+    assert_cuda_matches_cpu(kpconv, args, GRAD_KEYS, sigma=0.6, influence=influence, aggregation=aggregation)
