@@ -39,11 +39,14 @@ HEADLINE = {'det': ('Car_BEV_AP@0.5', 'Car BEV AP@0.5', 0.6), 'seg': ('IoU_Car',
 def parse_args(argv=None):
     """Command-line options of the demo."""
     parser = argparse.ArgumentParser(description='fsdlite demo: synthetic training, evaluation, KITTI frame, BEV PNGs')
-    parser.add_argument('--config', default=DEFAULT_CONFIG, help='synthetic-lidar detector or segmentor config to train')
+    parser.add_argument('--config', default=DEFAULT_CONFIG,
+                        help='synthetic-lidar detector or segmentor config to train')
     parser.add_argument('--out-dir', default='demo_out', help='folder for PNGs, results.json and the work dir')
     parser.add_argument('--max-iters', type=int, default=None, help='training iterations (default: the config)')
     parser.add_argument('--threads', type=int, default=1,
                         help='torch intra-op threads (default 1: predictable on a busy 2-core CPU)')
+    parser.add_argument('--min-box-score', type=float, default=0.3,
+                        help='draw predicted boxes at or above this score (the title counts the others)')
     parser.add_argument('--kitti-root', default=None, help='folder holding 000008.bin/.pkl (default: the '
                         'KITTI base config data_root, ../shared/data/kitti_object_000008)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
@@ -94,7 +97,8 @@ def pregenerate(dataset, what):
 
 
 def predict(model, dataset, index):
-    """(points (N, C), data sample with ground truth and ``pred_instances_3d`` or ``pred_pts_seg``) of item ``index``."""
+    """(points (N, C), data sample with ground truth and ``pred_instances_3d`` / ``pred_pts_seg``) of item
+    ``index``."""
     item = dataset[index]
     with torch.no_grad():
         sample = model.test_step(pseudo_collate([item]))[0]
@@ -114,15 +118,20 @@ def frame_metrics(evaluator_cfg, samples, classes):
     return metric.compute_metrics(metric.results)
 
 
-def bev(out_dir, name, points, sample, classes, point_range, title):
-    """BEV PNG of one frame: GT boxes (and GT point labels when present) beside the predictions."""
+def bev(out_dir, name, points, sample, classes, point_range, title, min_box_score=0.0):
+    """BEV PNG of one frame: GT boxes (and GT point labels when present) beside the predictions; predicted boxes
+    scoring below ``min_box_score`` are not drawn and the title says how many were left out."""
     gt = sample.gt_pts_seg.get('pts_semantic_mask') if 'gt_pts_seg' in sample else None
     boxes = sample.gt_instances_3d if 'gt_instances_3d' in sample else None
     kwargs = dict(gt_boxes=boxes.bboxes_3d if boxes is not None else None,
                   gt_box_labels=boxes.labels_3d if boxes is not None else None)
     if task_of(sample) == 'det':
         pred = sample.pred_instances_3d
-        kwargs.update(pred_boxes=pred.bboxes_3d, pred_box_labels=pred.labels_3d, pred_box_scores=pred.scores_3d)
+        keep = pred.scores_3d >= min_box_score
+        kwargs.update(pred_boxes=pred.bboxes_3d[keep], pred_box_labels=pred.labels_3d[keep],
+                      pred_box_scores=pred.scores_3d[keep])
+        title += (f'\npredicted boxes with score >= {min_box_score:g}: {int(keep.sum())} drawn, '
+                  f'{int((~keep).sum())} below not drawn')
     else:
         kwargs.update(gt_labels=gt, pred_labels=sample.pred_pts_seg.pts_semantic_mask,
                       pred_scores=sample.pred_pts_seg.pts_scores)
@@ -153,12 +162,14 @@ def result_keys(task, classes, results):
 
 
 def format_results(rows, keys):
-    """A text table: one row per evaluated data set, one column per metric key (``nan``: not measured)."""
-    width = max(len(name) for name, _ in rows) + 2
-    col = max(12, max(len(k) for k in keys) + 2)
-    lines = [f'{"data":<{width}}' + ''.join(f'{k.replace("IoU_", ""):>{col}}' for k in keys)]
-    for name, res in rows:
-        lines.append(f'{name:<{width}}' + ''.join(f'{res.get(k, math.nan):{col}.4f}' for k in keys))
+    """A text table: one row per metric key, one column per evaluated data set (``nan``: not measured)."""
+    names = [name for name, _ in rows]
+    first = max(len(k) for k in keys) + 2
+    widths = [max(12, len(n) + 2) for n in names]
+    lines = [f'{"metric":<{first}}' + ''.join(f'{n:>{w}}' for n, w in zip(names, widths))]
+    for key in keys:
+        values = [f'{res.get(key, math.nan):{w}.4f}' for (_, res), w in zip(rows, widths)]
+        lines.append(f'{key:<{first}}' + ''.join(values))
     return '\n'.join(lines)
 
 
@@ -206,7 +217,7 @@ def main(argv=None):
             points, sample = predict(model, test_set, i)
             task = task_of(sample)
             pngs.append(bev(out_dir, f'bev_synthetic_{i:02d}.png', points, sample, classes, point_range,
-                            f'synthetic held-out frame {i}'))
+                            f'synthetic held-out frame {i}', args.min_box_score))
         kitti, reason = kitti_dataset(args)
         if kitti is None:
             print(f'skipping the KITTI frame: {reason}', flush=True)
@@ -214,7 +225,8 @@ def main(argv=None):
             points, sample = predict(model, kitti, 0)
             rows.append(('KITTI 000008 (real)', frame_metrics(cfg.test_evaluator, [sample], classes)))
             pngs.append(bev(out_dir, 'bev_kitti_000008.png', points, sample, classes, point_range,
-                            f'KITTI 000008: {type(model).__name__} trained on synthetic scenes only'))
+                            f'KITTI 000008: {type(model).__name__} trained on synthetic scenes only',
+                            args.min_box_score))
 
     total = time.perf_counter() - start
     key, label, target = HEADLINE[task]
