@@ -9,11 +9,17 @@ synthetic test/val data for VoxelNet and KPConv) it runs
 * the **original PyTorch model** (eager, dynamic shapes) and whether its final predictions (detections after NMS,
   per-point / per-voxel labels) match the deployed ones.
 
+An output beyond its tolerance gets a float64 check: the graph is re-run in PyTorch in float64 and the output still
+passes when ONNX Runtime is no farther from the float64 result than PyTorch's own float32 run is (plus the
+tolerance): the difference is then float32 rounding of an ill-conditioned value, not an export error.  Both
+distances are printed.
+
 A frame whose data exceeds a bound is reported with the dropped counts; its final predictions are not expected to
 match (truncation), so they do not count as a mismatch.  Where a bound raises instead of truncating (the pre-ops'
 deeper UNet levels; in-graph rulebook levels when the graph runs eagerly in PyTorch), the frame is reported as
 "bound exceeded" with the error, not as a failure: raise the bounds and re-export.
 """
+import copy
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,7 +33,8 @@ class FrameCheck(NamedTuple):
     ``name``, ``source``; ``diffs`` list of :class:`~fsdlite.deploy.compare.OutputDiff` (ORT vs PyTorch graph);
     ``match`` :class:`~fsdlite.deploy.compare.Match` of the final predictions vs the eager model (None on error);
     ``dropped`` dict bound name -> items dropped (pre-ops and graph); ``seconds`` deployed stage times;
-    ``error`` str ('' when the frame ran): the bound that raised.
+    ``error`` str ('' when the frame ran): the bound that raised; ``fp64`` dict output name ->
+    ``(ort_vs_float64, torch_float32_vs_float64)`` max abs distances, for outputs beyond their tolerance.
     """
     name: str
     source: str
@@ -36,6 +43,16 @@ class FrameCheck(NamedTuple):
     dropped: dict
     seconds: dict
     error: str = ''
+    fp64: dict = {}
+
+    def output_ok(self, diff):
+        """Within tolerance, or no farther from float64 than PyTorch float32 is (see the module docstring)."""
+        if diff.ok:
+            return True
+        if diff.name not in self.fp64:
+            return False
+        ort64, torch64 = self.fp64[diff.name]
+        return ort64 <= torch64 + diff.tolerance
 
     @property
     def exceeded(self):
@@ -47,7 +64,7 @@ class FrameCheck(NamedTuple):
         """Graph outputs within tolerance and, when no bound was exceeded, the same final predictions."""
         if self.error:
             return True  # a bound raised: reported, nothing to compare
-        return all(d.ok for d in self.diffs) and (self.exceeded or bool(self.match and self.match.same))
+        return all(self.output_ok(d) for d in self.diffs) and (self.exceeded or bool(self.match and self.match.same))
 
 
 def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None):
@@ -86,8 +103,26 @@ def check_frame(deployed, adapter, frame):
     except BoundExceededError as err:  # ONNX Runtime truncated and counted; eager PyTorch raises
         return FrameCheck(frame.name, frame.source, [], None, out.dropped, out.seconds, f'PyTorch graph: {err}')
     diffs = adapter.compare_outputs(out.outputs, torch_outputs, out.pre)
+    fp64 = float64_distances(adapter, out, torch_outputs, [d.name for d in diffs if not d.ok])
     match = adapter.compare_results(out.results, adapter.reference(frame.data))
-    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds)
+    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64)
+
+
+def float64_distances(adapter, out, torch_outputs, names):
+    """``name -> (ORT vs float64, PyTorch float32 vs float64)`` max abs distances of the named outputs.
+
+    The graph module runs in float64 on a copy of the model (float inputs cast to float64); empty when ``names``
+    is empty.
+    """
+    if not names:
+        return {}
+    wide = copy.copy(adapter)
+    wide.model = copy.deepcopy(adapter.model).double()
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in out.pre.inputs.items()}
+    reference = wide.run_torch_graph(inputs)
+    ort64 = {d.name: d.max_abs for d in adapter.compare_outputs(out.outputs, reference, out.pre)}
+    torch64 = {d.name: d.max_abs for d in adapter.compare_outputs(torch_outputs, reference, out.pre)}
+    return {n: (ort64[n], torch64[n]) for n in names if n in ort64 and n in torch64}
 
 
 def verify_deploy(directory, checkpoint=None, data_root=None, frames=None, threads=1):
@@ -127,8 +162,10 @@ def format_checks(checks):
         lines.append(f'   {"output":<16} {"compared":>9} {"max abs":>10} {"max rel":>10}  tolerance  ok')
         for d in c.diffs:
             tol = '-' if d.tolerance is None else f'{d.tolerance:g}'
-            lines.append(f'   {d.name:<16} {d.compared:>9} {d.max_abs:>10.2e} {d.max_rel:>10.2e}  {tol:>9}  '
-                         f'{"yes" if d.ok else "NO"}')
+            verdict = 'yes' if d.ok else ('yes (float32 noise)' if c.output_ok(d) else 'NO')
+            lines.append(f'   {d.name:<16} {d.compared:>9} {d.max_abs:>10.2e} {d.max_rel:>10.2e}  {tol:>9}  {verdict}')
+        for name, (ort64, torch64) in c.fp64.items():
+            lines.append(f'   {name}: float64 PyTorch graph vs ONNX Runtime {ort64:.2e}, vs PyTorch float32 {torch64:.2e}')
         verdict = 'yes' if c.match.same else ('no (expected: bounds exceeded)' if c.exceeded else 'NO')
         lines.append(f'   final predictions match the eager PyTorch model: {verdict}; {c.match.detail}')
     matched = sum(c.ok and not c.exceeded for c in checks)

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from fsdlite.deploy import DeployedModel, export_model, prepare
+from fsdlite.deploy.compare import OutputDiff
 from fsdlite.deploy.kpconv import pad_index
+from fsdlite.deploy.verify import FrameCheck, float64_distances
 
 
 def assert_graph_ok(result, names_in, names_out):
@@ -43,6 +45,11 @@ def test_voxelnet_export_and_verify(tiny, tmp_path):
     assert 'TopK' in result.summary.op_counts  # the GravNet kNN stays in the graph as a fixed-size TopK
     deployed, adapter, frames = verify_frames(tmp_path, tiny, 'voxelnet', 2)
     data = frames[0].data
+    out = deployed.run(data)
+    fp64 = float64_distances(adapter, out, adapter.run_torch_graph(out.pre.inputs), ['log_probs'])
+    ort64, torch64 = fp64['log_probs']
+    assert 0 < ort64 < 1e-5 and 0 < torch64 < 1e-5  # float32 vs float64 rounding only
+    assert next(adapter.model.parameters()).dtype == torch.float32  # the float64 run used a copy
     with pytest.raises(ValueError, match=r'muon_features of shape \(2, 18, 24, 9\).*got \(2, 18, 20, 9\)'):
         deployed.run(dict(data, muon_features=data['muon_features'][:, :, :20]))
     bad = data['muon_features'].clone()
@@ -88,6 +95,15 @@ def test_kpfcnn_overflow_is_counted(tiny, kpfcnn_export):
     assert scores.shape[0] == dense.shape[0]
     uniform = torch.isclose(scores, torch.full_like(scores, 1.0 / scores.shape[1])).all(1)
     assert int(uniform.sum()) == int((pyramid.cells >= caps[0]).sum()) > 0
+
+
+def test_float64_fallback_rule():
+    """An output beyond tolerance passes only when ORT is no farther from float64 than PyTorch float32 is."""
+    diff = OutputDiff('cls_logits', 10, 6e-4, 1e-4, 1e-4)
+    check = FrameCheck('f', 's', [diff], None, {}, {}, fp64={'cls_logits': (2.7e-4, 3.3e-4)})
+    assert check.output_ok(diff)
+    assert not check._replace(fp64={'cls_logits': (5e-4, 3.3e-4)}).output_ok(diff)
+    assert not check._replace(fp64={}).output_ok(diff)
 
 
 def test_pad_index_moves_shadows_to_the_bound():
