@@ -95,6 +95,7 @@ class KPFCNNAdapter(DeployAdapter):
                 for name, items, source in dataset_batches(cfg, batch_size)]
 
     def limits(self):
+        """Calibrated neighbour limits H_l per level (list of int); raises when not calibrated."""
         limits = [int(v) for v in self.model.data_preprocessor.neighbor_limits.tolist()]
         if min(limits) < 1:
             raise RuntimeError('KPFCNN neighbour limits are not calibrated yet: run the data preprocessor on a batch '

@@ -71,6 +71,7 @@ class DeployedModel:
 
     @property
     def batch_size(self):
+        """B, the batch size fixed in the graph."""
         return self.info['batch_size']
 
     def run(self, data):

@@ -165,7 +165,8 @@ def format_checks(checks):
             verdict = 'yes' if d.ok else ('yes (float32 noise)' if c.output_ok(d) else 'NO')
             lines.append(f'   {d.name:<16} {d.compared:>9} {d.max_abs:>10.2e} {d.max_rel:>10.2e}  {tol:>9}  {verdict}')
         for name, (ort64, torch64) in c.fp64.items():
-            lines.append(f'   {name}: float64 PyTorch graph vs ONNX Runtime {ort64:.2e}, vs PyTorch float32 {torch64:.2e}')
+            lines.append(f'   {name}: float64 PyTorch graph vs ONNX Runtime {ort64:.2e}, '
+                         f'vs PyTorch float32 {torch64:.2e}')
         verdict = 'yes' if c.match.same else ('no (expected: bounds exceeded)' if c.exceeded else 'NO')
         lines.append(f'   final predictions match the eager PyTorch model: {verdict}; {c.match.detail}')
     matched = sum(c.ok and not c.exceeded for c in checks)

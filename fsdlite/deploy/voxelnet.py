@@ -61,7 +61,9 @@ class VoxelNetAdapter(DeployAdapter):
         return [Frame(name, collate_volumes(items), source) for name, items, source in dataset_batches(cfg, batch_size)]
 
     def shape(self):
-        return (self.batch_size, self.bounds['num_voxels'], self.bounds['num_muons'], self.model.input_norm.num_features)
+        """The fixed input shape ``(B, V, M, F)`` of ``muon_features``."""
+        return (self.batch_size, self.bounds['num_voxels'], self.bounds['num_muons'],
+                self.model.input_norm.num_features)
 
     def input_meanings(self):
         b, v, m, f = self.shape()
