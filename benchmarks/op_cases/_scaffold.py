@@ -25,22 +25,24 @@ def harness():
     return _harness
 
 
-def case(op, size, work, variants, baseline, **kwargs):
-    """One benchmark case of ``op``: ``work(variant, **kwargs)`` per variant, peak memory per variant.
+def case(op, size, work, variants, baseline, /, measure_memory=True, **kwargs):
+    """One benchmark case of ``op``: ``work(variant=..., **kwargs)`` per variant, peak memory per variant.
 
     Args:
         op (str): op name shown in the table.
         size (str): workload description.
-        work (callable): module-level ``work(variant, **kwargs) -> zero-arg callable``.
+        work (callable): module-level ``work(variant=label, **kwargs) -> zero-arg callable``.
         variants (sequence[str]): variant labels.
         baseline (str): label of the variant the others are compared with.
+        measure_memory (bool): measure each variant's peak memory in a fresh process.
         **kwargs: JSON-serialisable workload arguments of ``work``.
     Returns:
-        dict: the case (``op, size, baseline, variants, memory``).
+        dict: the case (``op, size, baseline, variants, memory``; memory is None without measurement).
     """
-    return dict(op=op, size=size, baseline=baseline, variants={v: work(v, **kwargs) for v in variants},
-                memory=dict(script=str(Path(inspect.getfile(work)).resolve()), function=work.__name__, kwargs=kwargs,
-                            variants=list(variants)))
+    memory = dict(script=str(Path(inspect.getfile(work)).resolve()), function=work.__name__, kwargs=kwargs,
+                  variants=list(variants))
+    return dict(op=op, size=size, baseline=baseline, variants={v: work(variant=v, **kwargs) for v in variants},
+                memory=memory if measure_memory else None)
 
 
 def scaling_samples(work, runs, threads):

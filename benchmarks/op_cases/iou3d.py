@@ -4,12 +4,15 @@ Boxes imitate a detector's raw output before NMS: ~16 jittered detections per ob
 (car/ped/cyclist sizes) spread over a 150 m x 150 m scene, random scores; 1k-5k boxes.
 IoU is N x N; NMS uses FSD's test setting (rotated, IoU 0.25, at most 500 kept per sample).
 """
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-SCRIPT = str(Path(__file__).resolve())
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scaffold import case  # noqa: E402
+
 LABELS = ('fsdlite.ops', 'reference')
 
 
@@ -55,10 +58,7 @@ def cases(quick):
         ('nms_bev', 1000), ('nms_bev', 5000), ('batched_nms_bev', 5000)]
     out = []
     for op, n in plan:
-        kwargs = dict(op=op, n=n)
         size = f'{n}x{n} boxes' if op.startswith('boxes') else (f'{n} boxes, 3 cls, 2 samples' if op.startswith(
             'batched') else f'{n} boxes')
-        out.append(dict(op=op, size=size, variants={label: work(label, **kwargs) for label in LABELS},
-                        baseline='reference',
-                        memory=dict(script=SCRIPT, function='work', kwargs=kwargs, variants=list(LABELS))))
+        out.append(case(op, size, work, LABELS, 'reference', op=op, n=n))
     return out

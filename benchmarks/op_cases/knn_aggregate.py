@@ -3,9 +3,13 @@
 Sizes follow VoxelNet's muon stage: Nq = voxels x muons query rows, k = 25 neighbours,
 F = 22 messages.  Peak memory of each variant is measured in a fresh subprocess.
 """
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scaffold import case  # noqa: E402
 
 SIZES_FULL = [(20_000, 25, 22), (200_000, 25, 22)]
 SIZES_QUICK = [(5_000, 25, 22)]
@@ -35,13 +39,5 @@ def work(variant, rows, k, width):
 
 
 def cases(quick):
-    out = []
-    for rows, k, width in (SIZES_QUICK if quick else SIZES_FULL):
-        kwargs = dict(rows=rows, k=k, width=width)
-        out.append(dict(
-            op='knn_aggregate fwd+bwd', size=f'Nq={rows} k={k} F={width}',
-            variants={label: work(label, **kwargs) for label in ('reference', 'fsdlite')},
-            baseline='reference',
-            memory=dict(script=str(Path(__file__).resolve()), function='work', kwargs=kwargs,
-                        variants=['reference', 'fsdlite'])))
-    return out
+    return [case('knn_aggregate fwd+bwd', f'Nq={rows} k={k} F={width}', work, ('reference', 'fsdlite'), 'reference',
+                 rows=rows, k=k, width=width) for rows, k, width in (SIZES_QUICK if quick else SIZES_FULL)]

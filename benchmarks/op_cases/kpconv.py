@@ -4,11 +4,15 @@ Forward + backward on radius neighbourhoods of uniform points (``kpconv_memory.m
 peak memory per variant in a fresh subprocess.  The layer-level comparison (KPConv / KPInv /
 KPConvX modules) is ``benchmarks/kpconv_memory.py``.
 """
+import sys
 from pathlib import Path
 
 import torch
 
 from kpconv_memory import make_problem
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scaffold import case  # noqa: E402
 
 KERNEL_SIZE = 15
 
@@ -48,13 +52,6 @@ def make_work(kind, variant, n, channels):
 
 def cases(quick):
     n = 5_000 if quick else 50_000
-    out = []
-    for kind in ('kpconv', 'kp_aggregate'):
-        for channels in ((32,) if quick else (64, 128)):
-            out.append(dict(
-                op=kind, size=f'N={n} H=30 K={KERNEL_SIZE} C={channels}',
-                variants={v: make_work(kind, v, n, channels) for v in ('reference', 'fused')},
-                baseline='reference',
-                memory=dict(script=str(Path(__file__).resolve()), function='make_work',
-                            kwargs=dict(kind=kind, n=n, channels=channels), variants=['reference', 'fused'])))
-    return out
+    return [case(kind, f'N={n} H=30 K={KERNEL_SIZE} C={channels}', make_work, ('reference', 'fused'), 'reference',
+                 kind=kind, n=n, channels=channels)
+            for kind in ('kpconv', 'kp_aggregate') for channels in ((32,) if quick else (64, 128))]

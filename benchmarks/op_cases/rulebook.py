@@ -4,19 +4,17 @@ Voxels: the 125,562-voxel Waymo-range frame of ../shared/data/spconv_waymo (grid
 benchmark), or the ``V`` voxels of it nearest to the sensor in bird's-eye view; a synthetic voxel set of the
 same grid when the data folder is absent. Peak memory per variant in a fresh subprocess.
 """
-import os
 import pickle
+import sys
 from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _point_clouds import SHARED  # noqa: E402
+from _scaffold import case  # noqa: E402
+
 SHAPE = (80, 1600, 1600)
-
-
-def _shared_data():
-    env = os.environ.get('FSDLITE_SHARED_DATA')
-    return Path(env) if env else REPO_ROOT.parent / 'shared' / 'data'
 
 
 def voxel_set(num_voxels=None, seed=0):
@@ -24,7 +22,7 @@ def voxel_set(num_voxels=None, seed=0):
 
     Falls back to a synthetic set (ground plane + random boxes) when the shared data is absent.
     """
-    path = _shared_data() / 'spconv_waymo' / 'test_spconv.pkl'
+    path = SHARED / 'spconv_waymo' / 'test_spconv.pkl'
     if path.is_file():
         with open(path, 'rb') as f:
             _, coors, shape = pickle.load(f)
@@ -76,13 +74,7 @@ def work(variant, op, num_voxels):
 def cases(quick):
     num_voxels = 5_000 if quick else None
     size = f'V={num_voxels or 125_562}'
-    out = []
-    for op, variants in (('subm', ('reference', 'spconv', 'fsdlite')), ('conv', ('reference', 'spconv', 'fsdlite')),
-                         ('inverse', ('reference', 'fsdlite'))):
-        kwargs = dict(op=op, num_voxels=num_voxels)
-        out.append(dict(
-            op=f'rulebook_{op}', size=size + (' k3' if op == 'subm' else ' k3 s2 p1'),
-            variants={label: work(label, **kwargs) for label in variants}, baseline='reference',
-            memory=dict(script=str(Path(__file__).resolve()), function='work', kwargs=kwargs,
-                        variants=list(variants)) if op != 'inverse' else None))
-    return out
+    return [case(f'rulebook_{op}', size + (' k3' if op == 'subm' else ' k3 s2 p1'), work, variants, 'reference',
+                 measure_memory=op != 'inverse', op=op, num_voxels=num_voxels)
+            for op, variants in (('subm', ('reference', 'spconv', 'fsdlite')),
+                                 ('conv', ('reference', 'spconv', 'fsdlite')), ('inverse', ('reference', 'fsdlite')))]

@@ -3,9 +3,13 @@
 ~1M points x 16 features reduced into ~200k voxels (forward), plus max forward + backward.
 Peak memory per variant (max) in a fresh subprocess.
 """
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scaffold import case  # noqa: E402
 
 MODES = {'sum': 'sum', 'mean': 'mean', 'max': 'amax'}
 
@@ -44,12 +48,7 @@ def work(variant, reduce, rows, width, segments, backward=False):
 def cases(quick):
     rows, width, segments = (5_000, 16, 1_000) if quick else (1_000_000, 16, 200_000)
     variants = ('reference', 'scatter_reduce', 'fsdlite')
-    out = []
-    for reduce, backward in (('sum', False), ('mean', False), ('max', False), ('max', True)):
-        kwargs = dict(reduce=reduce, rows=rows, width=width, segments=segments, backward=backward)
-        out.append(dict(
-            op=f'segment_reduce {reduce}{" fwd+bwd" if backward else ""}', size=f'N={rows} F={width} S={segments}',
-            variants={label: work(label, **kwargs) for label in variants}, baseline='reference',
-            memory=dict(script=str(Path(__file__).resolve()), function='work', kwargs=kwargs,
-                        variants=list(variants)) if reduce == 'max' and not backward else None))
-    return out
+    return [case(f'segment_reduce {reduce}{" fwd+bwd" if backward else ""}', f'N={rows} F={width} S={segments}', work,
+                 variants, 'reference', measure_memory=reduce == 'max' and not backward, reduce=reduce, rows=rows,
+                 width=width, segments=segments, backward=backward)
+            for reduce, backward in (('sum', False), ('mean', False), ('max', False), ('max', True))]

@@ -4,9 +4,13 @@ The sweep is in scan order (64 beams x azimuth steps), like a real lidar frame; 
 removes that locality (worst case for the hash table).  Peak memory per variant in a fresh subprocess.
 """
 import math
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scaffold import case  # noqa: E402
 
 VOXEL = [0.1, 0.1, 0.1]
 RANGE = [-80.0, -80.0, -2.0, 80.0, 80.0, 6.0]
@@ -41,13 +45,6 @@ def work(variant, num_points, shuffled=False):
 
 
 def cases(quick):
-    out = []
-    for num_points, shuffled in ([(5_000, False)] if quick else [(1_000_000, False), (1_000_000, True)]):
-        kwargs = dict(num_points=num_points, shuffled=shuffled)
-        out.append(dict(
-            op='voxelize', size=f'N={num_points}{" shuffled" if shuffled else ""}',
-            variants={label: work(label, **kwargs) for label in ('reference', 'fsdlite')},
-            baseline='reference',
-            memory=dict(script=str(Path(__file__).resolve()), function='work', kwargs=kwargs,
-                        variants=['reference', 'fsdlite']) if not shuffled else None))
-    return out
+    return [case('voxelize', f'N={num_points}{" shuffled" if shuffled else ""}', work, ('reference', 'fsdlite'),
+                 'reference', measure_memory=not shuffled, num_points=num_points, shuffled=shuffled)
+            for num_points, shuffled in ([(5_000, False)] if quick else [(1_000_000, False), (1_000_000, True)])]
