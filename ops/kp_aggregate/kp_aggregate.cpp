@@ -15,11 +15,7 @@ namespace {
 // Checks generated weights (M, slots, W) with W dividing C.
 at::Tensor check_gen(const at::Tensor& gen, const at::Tensor& features, int64_t m, int64_t slots,
                      const char* slots_what, const char* op, const char* arg) {
-  check_dim(gen, 3, op, arg);
-  check_dtype(gen, features.scalar_type(), op, arg);
-  check_same_device(features, gen, op, "features", arg);
-  check_size(gen, 0, m, op, arg, "the number of queries M");
-  check_size(gen, 1, slots, op, arg, slots_what);
+  kp::check_companion(gen, 3, features, m, "the number of queries M", slots, slots_what, op, arg);
   const int64_t w = gen.size(2), c = features.size(1);
   TORCH_CHECK(w >= 1 && c % w == 0, op, ": ", arg, ".size(2) (", w, " weight groups) must divide the ", c,
               " feature channels");
@@ -39,13 +35,9 @@ Args check_args(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tens
   a.c = features.size(1);
   a.w = 1;
   if (depthwise.has_value()) {
-    const at::Tensor& d = *depthwise;
-    check_dim(d, 2, op, "depthwise");
-    check_dtype(d, features.scalar_type(), op, "depthwise");
-    check_same_device(features, d, op, "features", "depthwise");
-    check_size(d, 0, a.g.k, op, "depthwise", "the number of kernel points K");
-    check_size(d, 1, a.c, op, "depthwise", "features.size(1)");
-    a.dw = d.contiguous();
+    kp::check_companion(*depthwise, 2, features, a.g.k, "the number of kernel points K", a.c, "features.size(1)",
+                        op, "depthwise");
+    a.dw = depthwise->contiguous();
   }
   if (gen_weights.has_value()) {
     a.gen = check_gen(*gen_weights, features, a.g.m, a.g.k, "the number of kernel points K", op, "gen_weights");
@@ -56,11 +48,7 @@ Args check_args(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tens
 
 void check_grad_out(const at::Tensor& grad_out, const Args& a) {
   constexpr const char* op = "kp_aggregate_backward";
-  check_dim(grad_out, 2, op, "grad_out");
-  check_dtype(grad_out, a.x.scalar_type(), op, "grad_out");
-  check_same_device(a.x, grad_out, op, "features", "grad_out");
-  check_size(grad_out, 0, a.g.m, op, "grad_out", "q_pts.size(0)");
-  check_size(grad_out, 1, a.c, op, "grad_out", "features.size(1)");
+  kp::check_companion(grad_out, 2, a.x, a.g.m, "q_pts.size(0)", a.c, "features.size(1)", op, "grad_out");
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_grads(const Args& a, std::array<bool, 3> mask) {
@@ -205,11 +193,7 @@ std::tuple<at::Tensor, at::Tensor> neighbor_aggregate_backward_op(const at::Tens
                                                                   int64_t chunk_elements) {
   constexpr const char* op = "neighbor_aggregate_backward";
   const NeighborArgs a = check_neighbor_args(neighbors, features, weights);
-  check_dim(grad_out, 2, op, "grad_out");
-  check_dtype(grad_out, features.scalar_type(), op, "grad_out");
-  check_same_device(features, grad_out, op, "features", "grad_out");
-  check_size(grad_out, 0, a.m, op, "grad_out", "neighbors.size(0)");
-  check_size(grad_out, 1, a.c, op, "grad_out", "features.size(1)");
+  kp::check_companion(grad_out, 2, features, a.m, "neighbors.size(0)", a.c, "features.size(1)", op, "grad_out");
   const auto opts = a.x.options();
   at::Tensor gx = output_mask[0] ? at::zeros({a.n, a.c}, opts) : at::empty({0}, opts);
   at::Tensor gw = output_mask[1] ? at::zeros({a.m, a.h, a.w}, opts) : at::empty({0}, opts);

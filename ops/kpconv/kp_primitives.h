@@ -50,6 +50,18 @@ struct GeometryTensors {
   }
 };
 
+// Checks a dim-D tensor `arg` that accompanies the (N, C) features of a kernel-point op (weights,
+// modulations, grad_out, ...): the features' dtype and device, size(0) == size0 and size(1) == size1
+// (`what0` / `what1` say what those sizes are). Raises (TORCH_CHECK) naming the argument.
+inline void check_companion(const at::Tensor& t, int64_t dim, const at::Tensor& features, int64_t size0,
+                            const char* what0, int64_t size1, const char* what1, const char* op, const char* arg) {
+  check_dim(t, dim, op, arg);
+  check_dtype(t, features.scalar_type(), op, arg);
+  check_same_device(features, t, op, "features", arg);
+  check_size(t, 0, size0, op, arg, what0);
+  check_size(t, 1, size1, op, arg, what1);
+}
+
 // Checks positions, neighbour indices and kernel points of a kernel-point op; `features` fixes the
 // dtype and device.  Raises (TORCH_CHECK) naming the argument and the expected value.
 inline GeometryTensors check_geometry(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& neighbors,

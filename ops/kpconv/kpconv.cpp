@@ -28,23 +28,16 @@ Args check_args(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tens
   constexpr const char* op = "kpconv";
   Args a;
   a.g = kp::check_geometry(q_pts, s_pts, neighbors, kernel_points, features, sigma, influence, aggregation, op);
-  check_dim(weights, 3, op, "weights");
-  check_dtype(weights, features.scalar_type(), op, "weights");
-  check_same_device(features, weights, op, "features", "weights");
-  check_size(weights, 0, a.g.k, op, "weights", "the number of kernel points K");
-  check_size(weights, 1, features.size(1), op, "weights", "features.size(1)");
+  kp::check_companion(weights, 3, features, a.g.k, "the number of kernel points K", features.size(1),
+                      "features.size(1)", op, "weights");
   a.c1 = features.size(1);
   a.c2 = weights.size(2);
   a.x = features.contiguous();
   a.w2d = weights.contiguous().view({a.g.k * a.c1, a.c2});
   if (modulations.has_value()) {
-    const at::Tensor& m = *modulations;
-    check_dim(m, 2, op, "modulations");
-    check_dtype(m, features.scalar_type(), op, "modulations");
-    check_same_device(features, m, op, "features", "modulations");
-    check_size(m, 0, a.g.m, op, "modulations", "q_pts.size(0)");
-    check_size(m, 1, a.g.k, op, "modulations", "the number of kernel points K");
-    a.mod = m.contiguous();
+    kp::check_companion(*modulations, 2, features, a.g.m, "q_pts.size(0)", a.g.k, "the number of kernel points K",
+                        op, "modulations");
+    a.mod = modulations->contiguous();
   }
   return a;
 }
@@ -147,11 +140,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kpconv_backward_op(
   constexpr const char* op = "kpconv_backward";
   const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations, sigma,
                             influence, aggregation);
-  check_dim(grad_out, 2, op, "grad_out");
-  check_dtype(grad_out, features.scalar_type(), op, "grad_out");
-  check_same_device(features, grad_out, op, "features", "grad_out");
-  check_size(grad_out, 0, a.g.m, op, "grad_out", "q_pts.size(0)");
-  check_size(grad_out, 1, a.c2, op, "grad_out", "weights.size(2)");
+  kp::check_companion(grad_out, 2, features, a.g.m, "q_pts.size(0)", a.c2, "weights.size(2)", op, "grad_out");
   return backward(grad_out, a, output_mask, p);
 }
 
