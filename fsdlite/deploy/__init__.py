@@ -6,7 +6,8 @@
 * :mod:`~fsdlite.deploy.graph_checks` enforces standard ONNX ops, no data-dependent ops, static shapes;
 * :func:`~fsdlite.deploy.verify.verify_deploy` compares a deploy folder with PyTorch (``deploy/verify_onnx.py``);
 * :mod:`~fsdlite.deploy.tensorrt` builds a TensorRT engine where TensorRT and a GPU exist (``deploy/build_trt.py``);
-* one adapter per family (:mod:`.detector`, :mod:`.voxelnet`, :mod:`.kpconv`) says what runs where.
+* one adapter per model type (:mod:`.detector`, :mod:`.voxelnet`, :mod:`.kpconv`, :mod:`.kpcnn`) says what runs
+  where.
 
 Layering: deploy imports models, never the reverse.
 """

@@ -31,7 +31,7 @@ def register_adapter(*model_types):
 
 def adapter_class(model_type):
     """The adapter class of a model type name; raises a ValueError listing the supported types."""
-    from . import detector, kpconv, voxelnet  # noqa: F401  (register the adapters)
+    from . import detector, kpcnn, kpconv, voxelnet  # noqa: F401  (register the adapters)
     if model_type not in _ADAPTERS:
         raise ValueError(f'no deploy adapter for model type {model_type!r}; supported: {sorted(_ADAPTERS)}')
     return _ADAPTERS[model_type]

@@ -125,4 +125,22 @@ def match_point_labels(deployed, reference, field='pts_semantic_mask', score_fie
     return Match(same, f'{agree}/{total} labels equal, max score diff {worst:.2e} (atol {atol:g})')
 
 
-__all__ = ['OutputDiff', 'tensor_diff', 'matched_rows_diff', 'Match', 'match_detections', 'match_point_labels']
+def match_class_labels(deployed, reference, atol=1e-4):
+    """Same ``pred_label`` per sample and ``pred_scores`` (classes,) within ``atol``.
+
+    Args:
+        deployed, reference (list[Det3DDataSample]): with ``pred_label`` () and ``pred_scores`` (C,).
+    Returns:
+        Match
+    """
+    same = len(deployed) == len(reference)
+    agree, worst = 0, 0.0
+    for a, b in zip(deployed, reference):
+        agree += int(int(a.pred_label) == int(b.pred_label))
+        worst = max(worst, tensor_diff('pred_scores', a.pred_scores, b.pred_scores).max_abs)
+    same &= agree == len(reference) and worst <= atol
+    return Match(same, f'{agree}/{len(reference)} labels equal, max score diff {worst:.2e} (atol {atol:g})')
+
+
+__all__ = ['OutputDiff', 'tensor_diff', 'matched_rows_diff', 'Match', 'match_detections', 'match_point_labels',
+           'match_class_labels']

@@ -73,8 +73,8 @@ class KPFCNNAdapter(DeployAdapter):
         self.levels = int(model.backbone.num_levels)
         caps = self.bounds.get('max_points')
         if not isinstance(caps, (list, tuple)) or len(caps) != self.levels or min(caps) < 1:
-            raise ValueError(f'KPFCNN deploy bounds need max_points = one positive int per level ({self.levels}), '
-                             f'got {caps!r}')
+            raise ValueError(f'{type(model).__name__} deploy bounds need max_points = one positive int per level '
+                             f'({self.levels}), got {caps!r}')
         self.bounds['max_points'] = [int(c) for c in caps]
 
     @classmethod
@@ -156,7 +156,13 @@ class KPFCNNAdapter(DeployAdapter):
                      'pad every level to max_points[l]; shadow index = the bound (overflow truncated and counted)'],
             post_ops=['softmax; level-0 scores projected to every input point (cells); per-sample split'])
 
-    def pre_ops(self, data):
+    def padded_pyramid(self, data):
+        """The data preprocessor's pyramid of a batch, padded to the bounds.
+
+        Returns:
+            tuple: ``(pyramid, inputs, kept, dropped)``: the unpadded KPPyramid, dict of graph inputs in
+            :func:`input_names` order, valid rows kept per level, and ``max_points[l] -> rows dropped``.
+        """
         clouds = list(data)
         if len(clouds) != self.batch_size:
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
@@ -179,6 +185,10 @@ class KPFCNNAdapter(DeployAdapter):
             inputs[f'pools_l{l}'] = pad_index(pyr.pools[l], kept[l + 1], caps[l + 1], limits[l], caps[l], kept[l])
         for l in range(self.levels - 1):
             inputs[f'upsamples_l{l}'] = pad_index(pyr.upsamples[l], kept[l], caps[l], 1, caps[l + 1], kept[l + 1])
+        return pyr, inputs, kept, dropped
+
+    def pre_ops(self, data):
+        pyr, inputs, kept, dropped = self.padded_pyramid(data)
         context = dict(cells=pyr.cells, num_points=list(pyr.num_points), num_valid=kept[0])
         return PreOpsResult(inputs, context, dropped)
 

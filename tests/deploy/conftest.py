@@ -11,6 +11,7 @@ CONFIGS = {
     'fsdv2': 'configs/fsdv2/fsdv2lite_kitti.py',
     'voxelnet': 'configs/voxelnet/voxelnet_random_blocks.py',
     'kpfcnn': 'configs/kpconv/kpfcnn_kpconv_scenes.py',
+    'kpcnn': 'configs/kpconv/kpcnn_kpinv_shapes.py',  # classification with point involution
 }
 _SEG = {'model.voxel_encoder.feat_channels': (8, 8), 'model.backbone.base_channels': 8,
         'model.backbone.encoder_channels': ((8,), (8,), (8,)),
@@ -29,6 +30,9 @@ OPTIONS = {
     'kpfcnn': {'model.backbone.channels': (8, 16, 16, 16), 'model.backbone.blocks': (1, 1, 1, 1),
                'model.head_channels': (8,), 'test_dataloader.dataset.extent': 0.8,
                'test_dataloader.dataset.point_density': 200.0},
+    # KPInv needs >= 2 generated weights per kernel point at every width (channels_per_group 8)
+    'kpcnn': {'model.backbone.channels': (64, 64, 64, 64), 'model.backbone.blocks': (1, 1, 1, 1),
+              'model.head_channels': (8,), 'test_dataloader.dataset.num_points': (256, 512)},
 }
 
 

@@ -34,9 +34,10 @@ def test_margins_and_maxima():
 
 def test_adapter_lookup():
     assert adapter_class('FSDLite').family == adapter_class('FSDv2Lite').family == 'detector'
-    assert adapter_class('VoxelNet').family == 'voxelnet' and adapter_class('KPFCNN').family == 'kpconv'
-    with pytest.raises(ValueError, match="no deploy adapter for model type 'KPCNN'; supported: "):
-        adapter_class('KPCNN')
+    assert adapter_class('VoxelNet').family == 'voxelnet'
+    assert adapter_class('KPFCNN').family == adapter_class('KPCNN').family == 'kpconv'
+    with pytest.raises(ValueError, match="no deploy adapter for model type 'SparseSegmentor'; supported: "):
+        adapter_class('SparseSegmentor')
 
 
 def test_deploy_folder_checks(tmp_path):

@@ -1,4 +1,4 @@
-"""VoxelNet and KPFCNN (real configs at tiny widths, random weights): export to plain ONNX, ONNX Runtime vs
+"""VoxelNet, KPFCNN and KPCNN (real configs at tiny widths, random weights): export to plain ONNX, ONNX Runtime vs
 PyTorch on the configs' synthetic data, same labels as the eager model, bound overflow counted and reported."""
 import pytest
 import torch
@@ -6,7 +6,7 @@ import torch
 from fsdlite.deploy import DeployedModel, export_model, prepare
 from fsdlite.deploy.compare import OutputDiff
 from fsdlite.deploy.kpconv import pad_index
-from fsdlite.deploy.verify import FrameCheck, float64_distances
+from fsdlite.deploy.verify import FrameCheck, float64_distances, verify_deploy
 
 
 def assert_graph_ok(result, names_in, names_out):
@@ -95,6 +95,19 @@ def test_kpfcnn_overflow_is_counted(tiny, kpfcnn_export):
     assert scores.shape[0] == dense.shape[0]
     uniform = torch.isclose(scores, torch.full_like(scores, 1.0 / scores.shape[1])).all(1)
     assert int(uniform.sum()) == int((pyramid.cells >= caps[0]).sum()) > 0
+
+
+def test_kpcnn_involution_classifier_export_and_verify(tiny, tmp_path):
+    """KPCNN (KPInv layers), batch 2: the per-sample average is a fixed-shape segment mean with a dump slot."""
+    result = export_model(tiny.configs['kpcnn'], 'random', tmp_path, cfg_options=tiny.options['kpcnn'], batch_size=2)
+    caps = result.info['bounds']['max_points']
+    names = (['features'] + [f'points_l{i}' for i in range(4)] + [f'neighbors_l{i}' for i in range(4)]
+             + [f'pools_l{i}' for i in range(3)] + ['batch_last'])
+    assert_graph_ok(result, names, ['logits'])
+    assert result.summary.inputs[-1].shape == (caps[-1],) and result.summary.outputs[0].shape == (2, 6)
+    checks = verify_deploy(tmp_path)
+    assert len(checks) == 2 and all(c.ok and not c.exceeded and c.match.same for c in checks), checks
+    assert all(c.match.detail.startswith('2/2 labels equal') for c in checks)
 
 
 def test_float64_fallback_rule():
