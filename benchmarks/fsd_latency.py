@@ -1,0 +1,179 @@
+"""FSD-lite and FSDv2-lite on CPU: per-stage latency (ms) and peak memory, dynamic vs static (fixed-shape) mode.
+
+Frames: the real KITTI frame (../shared/data/kitti_object_000008, KITTI-range configs) and spconv's 198k-point
+Waymo-range frame (../shared/data/spconv_waymo/benchmark-pc.npz, configs/*/..._waymo_range.py; a zero intensity
+column is appended).  Both modes share the weights: a trained checkpoint per detector with ``--checkpoint``, else
+random weights (seed 0) with the box score threshold at 0 so that boxes come out (the output says which).
+Stages are timed inside the models (``fsdlite.models.detectors.stages``); ``voxelize`` is the data
+preprocessor, ``pre_ops`` the static padding + first-stage rulebooks, ``nms`` runs after the fixed-shape graph.
+Peak memory of one preprocess + predict runs in a fresh subprocess per variant (``_harness.run_isolated``).
+
+    python benchmarks/fsd_latency.py                              # both frames, 3 timed runs per variant
+    python benchmarks/fsd_latency.py --quick                      # KITTI frame only, 1 timed run
+    python benchmarks/fsd_latency.py --checkpoint fsd=work_dirs/fsd/iter_1200.pth fsdv2=work_dirs/v2/iter_1000.pth
+
+Ends with ``RESULT {json}`` (per variant: stage ms, total ms, peak bytes, boxes; static/dynamic ratios).
+"""
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / 'shared' / 'data'
+CONFIGS = {('kitti', 'fsd'): 'configs/fsd/fsdlite_kitti_static.py',
+           ('kitti', 'fsdv2'): 'configs/fsdv2/fsdv2lite_kitti_static.py',
+           ('waymo', 'fsd'): 'configs/fsd/fsdlite_waymo_range.py',
+           ('waymo', 'fsdv2'): 'configs/fsdv2/fsdv2lite_waymo_range.py'}
+STAGES = ('voxelize', 'pre_ops', 'vfe', 'backbone', 'neck_head', 'fg_sampling', 'grouping', 'sir', 'virtual_voxels',
+          'mixer_rulebooks', 'mixer', 'box_head', 'nms')
+
+
+def load_frame(frame, data_root=DATA):
+    """(N, 4) float32 points of the frame."""
+    import numpy as np
+    import torch
+    if frame == 'kitti':
+        points = np.fromfile(Path(data_root) / 'kitti_object_000008' / '000008.bin', np.float32).reshape(-1, 4)
+        return torch.from_numpy(points)
+    xyz = torch.from_numpy(np.load(Path(data_root) / 'spconv_waymo' / 'benchmark-pc.npz')['pc'])
+    return torch.cat([xyz, torch.zeros(xyz.shape[0], 1)], 1)
+
+
+def build(frame, detector, static, checkpoint=None):
+    """The config's model in the requested mode with shared weights (checkpoint or seed 0), eval."""
+    import torch
+    from mmengine.config import Config
+
+    import fsdlite.models  # noqa: F401
+    from fsdlite.registry import MODELS
+    cfg = Config.fromfile(str(REPO / CONFIGS[(frame, detector)])).model.to_dict()
+    cfg['static'] = static
+    torch.manual_seed(0)
+    model = MODELS.build(cfg)
+    if checkpoint:
+        from mmengine.runner import load_checkpoint
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
+    else:
+        model.bbox_head.test_cfg['score_thr'] = 0.0  # random weights: every instance is a box candidate
+    return model.eval()
+
+
+def work(frame, detector, static, checkpoint=None):
+    """Zero-arg callable for run_isolated: preprocess + predict of one frame."""
+    import torch
+    model = build(frame, detector, static, checkpoint)
+    points = load_frame(frame)
+    data = dict(inputs=dict(points=[points]))
+
+    def run():
+        with torch.no_grad():
+            model(**model.data_preprocessor(data, False), mode='predict')
+
+    return run
+
+
+def timed_runs(model, points, repeat):
+    """Median per-stage seconds over ``repeat`` runs (after one warm-up) and the last detections."""
+    import torch
+
+    from fsdlite.models.detectors.stages import record_stages
+    data = dict(inputs=dict(points=[points]))
+    runs = []
+    for i in range(repeat + 1):
+        with torch.no_grad(), record_stages() as rec:
+            start = time.perf_counter()
+            inputs = model.data_preprocessor(data, False)['inputs']
+            rec['voxelize'] += time.perf_counter() - start
+            start = time.perf_counter()
+            pred = model(inputs, mode='predict')[0].pred_instances_3d
+            total = time.perf_counter() - start + rec['voxelize']
+        if i:
+            runs.append(dict(rec, total=total))
+    keys = sorted({k for r in runs for k in r})
+    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}, pred
+
+
+def same_detections(a, b, tol=1e-3):
+    """Whether two predictions hold the same boxes and scores (order by score, then x) within ``tol``."""
+    import torch
+    if a.bboxes_3d.shape != b.bboxes_3d.shape:
+        return False
+    if not a.bboxes_3d.shape[0]:
+        return True
+    order = lambda p: torch.argsort(p.scores_3d * 1e3 + p.bboxes_3d[:, 0] * 1e-3, descending=True)  # noqa: E731
+    ia, ib = order(a), order(b)
+    return bool(torch.allclose(a.bboxes_3d[ia], b.bboxes_3d[ib], atol=tol)
+                and torch.allclose(a.scores_3d[ia], b.scores_3d[ib], atol=tol))
+
+
+def parse_checkpoints(items):
+    out = {}
+    for item in items or []:
+        key, sep, path = item.partition('=')
+        if not sep or key not in ('fsd', 'fsdv2') or not Path(path).is_file():
+            raise SystemExit(f'--checkpoint expects fsd=PATH or fsdv2=PATH with an existing file, got {item!r}')
+        out[key] = path
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--quick', action='store_true', help='KITTI frame only, one timed run')
+    parser.add_argument('--repeat', type=int, default=3, help='timed runs per variant (median)')
+    parser.add_argument('--frames', nargs='+', choices=('kitti', 'waymo'), default=None)
+    parser.add_argument('--detectors', nargs='+', choices=('fsd', 'fsdv2'), default=['fsd', 'fsdv2'])
+    parser.add_argument('--checkpoint', nargs='+', metavar='DETECTOR=PATH', help='trained weights per detector')
+    parser.add_argument('--threads', type=int, default=1, help='torch threads (default 1)')
+    parser.add_argument('--no-memory', action='store_true', help='skip the subprocess peak-memory runs')
+    args = parser.parse_args(argv)
+    import torch
+    torch.set_num_threads(args.threads)
+    checkpoints = parse_checkpoints(args.checkpoint)
+    frames = args.frames or (['kitti'] if args.quick else ['kitti', 'waymo'])
+    repeat = 1 if args.quick else args.repeat
+    rows, results = [], {}
+    for frame in frames:
+        points = load_frame(frame)
+        for det in args.detectors:
+            weights = f'checkpoint {checkpoints[det]}' if det in checkpoints else 'random weights, score_thr 0'
+            preds = {}
+            for static in (False, True):
+                model = build(frame, det, static, checkpoints.get(det))
+                times, preds[static] = timed_runs(model, points, repeat)
+                mode = 'static' if static else 'dynamic'
+                mem = {'peak_bytes': float('nan')} if args.no_memory else h.run_isolated(
+                    __file__, 'work', dict(frame=frame, detector=det, static=static, checkpoint=checkpoints.get(det)),
+                    threads=args.threads)
+                key = f'{frame}/{det}/{mode}'
+                results[key] = dict(stages_ms={k: round(v * 1e3, 2) for k, v in times.items() if k != 'total'},
+                                    total_ms=round(times['total'] * 1e3, 1), peak_bytes=mem['peak_bytes'],
+                                    boxes=int(preds[static].bboxes_3d.shape[0]), weights=weights,
+                                    params=sum(p.numel() for p in model.parameters()))
+                rows.append([frame, det, mode, points.shape[0]]
+                            + [f'{times[s] * 1e3:.1f}' if s in times else '-' for s in STAGES]
+                            + [f'{times["total"] * 1e3:.1f}', h.fmt_bytes(mem['peak_bytes']),
+                               results[key]['boxes']])
+            match = same_detections(preds[False], preds[True])
+            results[f'{frame}/{det}/static']['same_detections_as_dynamic'] = match
+            dyn, sta = results[f'{frame}/{det}/dynamic'], results[f'{frame}/{det}/static']
+            results[f'{frame}/{det}/static_over_dynamic'] = dict(
+                time=round(sta['total_ms'] / dyn['total_ms'], 2),
+                memory=round(sta['peak_bytes'] / dyn['peak_bytes'], 2) if dyn['peak_bytes'] == dyn['peak_bytes']
+                and dyn['peak_bytes'] else None)
+            print(f'[{frame}/{det}] {weights}; params {dyn["params"] / 1e6:.2f} M; static/dynamic time '
+                  f'{results[f"{frame}/{det}/static_over_dynamic"]["time"]}; same detections (float32, 1e-3): {match}',
+                  flush=True)
+    print()
+    print(f'CPU latency per stage (ms, median of {repeat}, {args.threads} thread(s)); peak memory of one frame in a '
+          'fresh process')
+    h.print_table(['frame', 'detector', 'mode', 'points'] + list(STAGES) + ['total', 'peak mem', 'boxes'], rows)
+    h.print_result(dict(benchmark='fsd_latency', threads=args.threads, repeat=repeat, variants=results))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,203 @@
+"""Slimming benchmark: original vs slimmed (width 0.5; a depth-reduced setting; both) for FSD-lite, VoxelNet
+and KPCNN -- parameters, multiply-accumulates, CPU latency, peak memory and the task metric, before and after a
+short fine-tune with the config's own (rescaled) schedule.
+
+    python benchmarks/slim.py --fsd-ckpt F.pth --voxelnet-ckpt V.pth --kpcnn-ckpt K.pth [--out work_dirs/bench_slim]
+    python benchmarks/slim.py --quick       # sanity run: fresh weights, tiny eval sets, 2 fine-tune iterations
+
+Every variant is measured on the same samples (batch 1, one torch thread): MACs on the first item of the
+config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
+predict forwards, for the slimmed weights before and after the fine-tune (a detector's later stages depend on
+what it predicts, so the fine-tuned latency is the one that counts; the speed-up uses it); peak memory = RSS growth of one predict forward
+in a fresh process (``_harness.run_isolated``). The metric is the config's test evaluator on its held-out
+set (FSD-lite: 3D mAP over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy;
+KPCNN: shape accuracy). Fine-tuning CPU time is the process CPU time of the training run.
+
+Targets checked for FSD-lite: width 0.5 >= 2x faster on CPU; after a fine-tune of <= 15 CPU minutes,
+within 5 AP points of the original. Ends with ``RESULT {json}``.
+"""
+import argparse
+import json
+import os.path as osp
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as h  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = REPO / 'fsdlite' / 'slim' / 'measure.py'
+FAMILIES = {
+    'fsd': dict(config='configs/fsd/fsdlite_synthetic.py', metric='det/3D_mAP', finetune=1200,
+                depth={'backbone.encoder_channels.2': 1, 'sir.block_channels': 2},
+                quick={'val_dataloader.dataset.num_frames': 2, 'test_dataloader.dataset.num_frames': 2,
+                       'train_dataloader.dataset.num_frames': 2, 'train_dataloader.batch_size': 1}),
+    'voxelnet': dict(config='configs/voxelnet/voxelnet_random_blocks.py', metric='voxel/accuracy', finetune=150,
+                     depth={'muon_stage.gravnet.hidden_channels': 1, 'voxel_stage.gravnet.hidden_channels': 1},
+                     quick={'val_dataloader.dataset.num_volumes': 2, 'test_dataloader.dataset.num_volumes': 2,
+                            'train_dataloader.batch_size': 1, 'val_dataloader.batch_size': 1,
+                            'test_dataloader.batch_size': 1}),
+    'kpcnn': dict(config='configs/kpconv/kpcnn_kpconv_shapes.py', metric='cls/acc', finetune=200,
+                  depth={'backbone.blocks.2': 1, 'backbone.blocks.3': 1},
+                  quick={'val_dataloader.dataset.num_samples': 4, 'test_dataloader.dataset.num_samples': 4,
+                         'train_dataloader.batch_size': 2}),
+}
+FSD_SPEEDUP_TARGET, FSD_AP_DROP_TARGET, FSD_FINETUNE_CPU_MIN = 2.0, 5.0, 15.0
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    for name in FAMILIES:
+        p.add_argument(f'--{name}-ckpt', help=f'trained checkpoint of {FAMILIES[name]["config"]}')
+    p.add_argument('--families', nargs='+', choices=list(FAMILIES), default=list(FAMILIES))
+    p.add_argument('--finetune-iters', nargs='+', metavar='FAMILY=N', default=[],
+                   help='fine-tune iterations per family (default: ' +
+                   ', '.join(f'{k}={v["finetune"]}' for k, v in FAMILIES.items()) + ')')
+    p.add_argument('--width', type=float, default=0.5)
+    p.add_argument('--variants', nargs='+', choices=('width', 'depth', 'both'), default=['width', 'depth', 'both'],
+                   help="slimmed variants: width only, the family's depth reduction only, or both")
+    p.add_argument('--repeat', type=int, default=5, help='timed forwards per frame and variant (median)')
+    p.add_argument('--latency-frames', type=int, default=5, help='val frames the latency is averaged over')
+    p.add_argument('--out', default='work_dirs/bench_slim')
+    p.add_argument('--quick', action='store_true', help='fresh weights, tiny eval sets, 2 fine-tune iterations')
+    p.add_argument('--no-memory', action='store_true', help='skip the fresh-process peak-memory measurements')
+    return p.parse_args(argv)
+
+
+def peak_memory(config, ckpt, options):
+    res = h.run_isolated(WORKER, 'forward_work', dict(config=str(config), checkpoint=ckpt, cfg_options=options),
+                         threads=1)
+    return res['peak_bytes'] if res['ok'] else float('nan')
+
+
+def frame_latency(model, frames, repeat):
+    """Mean over ``frames`` (preprocessed batches) of the median predict time (s) of ``model``."""
+    from fsdlite.slim.cost import measure_latency
+    return sum(measure_latency(model, data, repeat=repeat) for data in frames) / len(frames)
+
+
+def latency_frames(prepared, count):
+    """Up to ``count`` preprocessed single-frame batches of the val set (fewer when the set is smaller)."""
+    from fsdlite.slim.errors import SlimError
+    from fsdlite.slim.sample import build_sample
+    frames = []
+    for i in range(max(1, count)):
+        try:
+            frames.append(build_sample(prepared.cfg, prepared.model, indices=(i,)))
+        except SlimError:
+            break
+    return frames or [prepared.data]
+
+
+def load_weights(model, checkpoint):
+    """Load ``checkpoint`` into ``model`` (strict) and return it in eval mode."""
+    from mmengine.runner import load_checkpoint
+    load_checkpoint(model, checkpoint, map_location='cpu', strict=True, logger='silent')
+    return model.eval()
+
+
+def metric_of(config, ckpt, work, options, key):
+    from fsdlite.slim.finetune import evaluate
+    metrics = evaluate(str(config), ckpt, work, options)
+    return metrics.get(key, float('nan')), metrics
+
+
+def run_family(name, spec, args, ckpt):
+    """Rows of one family: original, width-slimmed, depth-reduced; each evaluated, the slim ones fine-tuned."""
+    import torch
+
+    from fsdlite.slim.api import model_cost, prepare, write_slim
+    from fsdlite.slim.engine import SlimRequest
+    from fsdlite.slim.finetune import finetune
+
+    torch.set_num_threads(1)
+    options = dict(spec['quick']) if args.quick else {}
+    config = REPO / spec['config']
+    out = Path(args.out) / name
+    iters = dict(x.split('=') for x in args.finetune_iters).get(name, 2 if args.quick else spec['finetune'])
+    iters = int(iters)
+    print(f'\n=== {name}: {spec["config"]} (checkpoint {ckpt}) ===', flush=True)
+    prepared = prepare(str(config), ckpt, options, log=print)
+    frames = latency_frames(prepared, args.latency_frames)
+    variants = [('original', str(config), ckpt, options, None)]
+    requests = {'width': (f'width {args.width}', SlimRequest(width=args.width)),
+                'depth': ('depth', SlimRequest(depth=dict(spec['depth']))),
+                'both': (f'width {args.width} + depth', SlimRequest(width=args.width, depth=dict(spec['depth'])))}
+    for key in args.variants:
+        label, request = requests[key]
+        written = write_slim(prepared, request, str(out / key))
+        variants.append((label, written.config_path, written.checkpoint_path, None, written))
+    rows = []
+    base = None
+    for label, cfg_path, weights, opts, written in variants:
+        tag = label.replace(' ', '_').replace('+', 'and')
+        model = prepared.model if written is None else written.slim_model
+        cost = model_cost(model, prepared.data, 1)
+        cost['latency_s'] = frame_latency(model, frames, args.repeat)
+        cost['peak_bytes'] = float('nan') if args.no_memory else peak_memory(cfg_path, weights, opts)
+        value, metrics = metric_of(cfg_path, weights, str(out / 'eval' / tag), opts, spec['metric'])
+        row = dict(family=name, variant=label, params=cost['params'], macs=cost['macs'], latency_s=cost['latency_s'],
+                   peak_bytes=cost['peak_bytes'], metric=value, metric_name=spec['metric'], metrics=metrics,
+                   uncounted_ops=cost['uncounted_ops'])
+        if written is not None:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            tuned = finetune(cfg_path, weights, iters, str(out / 'finetune' / tag))
+            row.update(finetune_iters=iters, finetune_cpu_min=(time.process_time() - cpu0) / 60,
+                       finetune_wall_min=(time.perf_counter() - wall0) / 60)
+            row['metric_finetuned'], row['metrics_finetuned'] = metric_of(
+                cfg_path, tuned, str(out / 'eval' / (tag + '_ft')), None, spec['metric'])
+            row['latency_ft_s'] = frame_latency(load_weights(model, tuned), frames, args.repeat)
+            row['changes'] = [list(c) for c in written.result.changes]
+            row['depth'] = {k: v for k, v in spec['depth'].items()} if 'depth' in label else {}
+            row['slim_config'], row['slim_checkpoint'] = cfg_path, weights
+        base = base or row
+        latency = row.get('latency_ft_s', row['latency_s'])
+        row['speedup'] = base['latency_s'] / latency if latency else float('nan')
+        rows.append(row)
+    return rows
+
+
+def fmt(v, scale=1.0, digits=1):
+    return 'n/a' if v is None or v != v else f'{v * scale:.{digits}f}'
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    all_rows = []
+    for name in args.families:
+        ckpt = getattr(args, f'{name}_ckpt')
+        if ckpt is None and not args.quick:
+            print(f'[{name}] skipped: no --{name}-ckpt (use --quick for a sanity run with fresh weights)')
+            continue
+        if ckpt is not None and not osp.isfile(ckpt):
+            raise SystemExit(f'--{name}-ckpt {ckpt!r} does not exist')
+        all_rows += run_family(name, FAMILIES[name], args, ckpt)
+    table = [[r['family'], r['variant'], f"{r['params']:,}", fmt(r['macs'], 1e-6), fmt(r['latency_s'], 1e3),
+              fmt(r.get('latency_ft_s'), 1e3), f"{r['speedup']:.2f}x", fmt(r['peak_bytes'], 2 ** -20), r['metric_name'], fmt(r['metric'], 100, 2),
+              fmt(r.get('metric_finetuned'), 100, 2), str(r.get('finetune_iters', '')),
+              fmt(r.get('finetune_cpu_min'), 1, 1)] for r in all_rows]
+    print()
+    h.print_table(['family', 'variant', 'params', 'MMACs', 'latency ms', 'after FT ms', 'speed-up', 'peak MiB', 'metric',
+                   'before FT x100', 'after FT x100', 'FT iters', 'FT CPU min'], table)
+    summary = {}
+    fsd = [r for r in all_rows if r['family'] == 'fsd']
+    if fsd and any(r['variant'] == f'width {args.width}' for r in fsd):
+        orig, slim = fsd[0], next(r for r in fsd if r['variant'] == f'width {args.width}')
+        drop = (orig['metric'] - slim.get('metric_finetuned', float('nan'))) * 100
+        summary = dict(fsd_speedup=slim['speedup'], fsd_speedup_ok=slim['speedup'] >= FSD_SPEEDUP_TARGET,
+                       fsd_ap_drop_points=drop, fsd_ap_ok=drop <= FSD_AP_DROP_TARGET,
+                       fsd_finetune_cpu_min=slim.get('finetune_cpu_min'),
+                       fsd_finetune_budget_ok=(slim.get('finetune_cpu_min') or 0) <= FSD_FINETUNE_CPU_MIN)
+        print(f"\nFSD-lite width {args.width}: speed-up {slim['speedup']:.2f}x (target >= {FSD_SPEEDUP_TARGET}x); "
+              f"3D mAP drop after fine-tune {drop:.2f} points (target <= {FSD_AP_DROP_TARGET}) in "
+              f"{fmt(slim.get('finetune_cpu_min'))} CPU min (budget {FSD_FINETUNE_CPU_MIN})")
+    h.print_result(dict(rows=[{k: v for k, v in r.items() if k not in ('metrics', 'metrics_finetuned')}
+                              for r in all_rows], quick=args.quick, **summary))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with open(Path(args.out) / 'slim_benchmark.json', 'w') as f:
+        json.dump(all_rows, f, indent=1, default=str)
+
+
+if __name__ == '__main__':
+    main()
