@@ -10,9 +10,10 @@ For every family one model at its configured widths (random weights, seed 0) is 
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
-slower than eager (``eager / ort >= 1``).
+slower than eager (``eager / ort >= 1``).  ``--margin M`` replaces the configured bounds by the input's own needs
+times M (the padding overhead of the fixed shapes at its smallest).
 
-    python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--only fsd voxelnet ...]
+    python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--margin M] [--only fsd voxelnet ...]
 """
 import argparse
 import sys
@@ -32,8 +33,11 @@ CASES = {
 }
 
 
-def measure(case, repeat, warmup, threads, work_dir):
-    """Export one case and time its three variants; returns a dict of milliseconds and the ORT stage split."""
+def measure(case, repeat, warmup, threads, work_dir, margin=None):
+    """Export one case and time its three variants; returns a dict of milliseconds and the ORT stage split.
+
+    ``margin``: bounds measured on the input times ``margin`` instead of the configured / default ones.
+    """
     from fsdlite.deploy import DeployedModel, export_model, prepare
     from fsdlite.deploy.adapter import Frame
     from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
@@ -41,8 +45,12 @@ def measure(case, repeat, warmup, threads, work_dir):
     if case['frame']:
         frames = [Frame(case['frame'], [load_lidar_frame(case['frame'], 4)], LIDAR_FRAMES[case['frame']][2])]
     _, adapter, frames, _ = prepare(case['config'], 'random', frames=frames)
+    bounds = adapter.bounds
+    if margin is not None:
+        bounds = type(adapter).measure_bounds(adapter.model, frames[:1], margin)
+        _, adapter, _, _ = prepare(case['config'], 'random', frames=frames, bounds=bounds)
     out_dir = Path(work_dir) / case['key']
-    result = export_model(case['config'], 'random', out_dir, frames=frames[:1], bounds=adapter.bounds)
+    result = export_model(case['config'], 'random', out_dir, frames=frames[:1], bounds=bounds)
     deployed = DeployedModel(out_dir, threads)
     adapter.load_host_state(deployed.info['host_state'])
     data = frames[0].data
@@ -62,7 +70,7 @@ def measure(case, repeat, warmup, threads, work_dir):
     split = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in stages.items()}
     match = adapter.compare_results(deployed.run(data).results, adapter.reference(data))
     return dict(ms={k: v * 1e3 for k, v in times.items()}, ort_split_ms=split, nodes=result.summary.num_nodes,
-                mib=result.info['graph']['bytes'] / 2**20, same=match.same, input=frames[0].name)
+                mib=result.info['graph']['bytes'] / 2**20, same=match.same, input=frames[0].name, bounds=bounds)
 
 
 def main(argv=None):
@@ -70,6 +78,8 @@ def main(argv=None):
     parser.add_argument('--quick', action='store_true', help='fewer repetitions (smoke run)')
     parser.add_argument('--threads', type=int, default=1, help='torch and ONNX Runtime intra-op threads')
     parser.add_argument('--repeat', type=int, default=None, help='timed runs per variant (median)')
+    parser.add_argument('--margin', type=float, default=None,
+                        help='bounds = the input\'s needs x MARGIN (default: the configured / export-default bounds)')
     parser.add_argument('--only', nargs='+', choices=[c['key'] for c in CASES.values()], default=None,
                         help='run only these models')
     args = parser.parse_args(argv)
@@ -78,17 +88,20 @@ def main(argv=None):
     repeat = args.repeat or (3 if args.quick else 10)
     if repeat < 1:
         parser.error(f'--repeat must be >= 1, got {repeat}')
+    if args.margin is not None and args.margin < 1:
+        parser.error(f'--margin must be >= 1, got {args.margin}')
     warmup = 1 if args.quick else 2
     torch.set_num_threads(args.threads)
     import onnxruntime
     print(f'torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, {args.threads} thread(s), median of '
-          f'{repeat} runs after {warmup} warm-up, random weights at configured widths, batch 1')
+          f'{repeat} runs after {warmup} warm-up, random weights at configured widths, batch 1, bounds '
+          + (f'= input needs x {args.margin}' if args.margin else 'as configured (else measured x 1.5)'))
     rows, payload = [], {}
     with tempfile.TemporaryDirectory(prefix='fsdlite-deploy-bench-') as work_dir:
         for name, case in CASES.items():
             if args.only and case['key'] not in args.only:
                 continue
-            r = measure(case, repeat, warmup, args.threads, work_dir)
+            r = measure(case, repeat, warmup, args.threads, work_dir, args.margin)
             ms, split = r['ms'], r['ort_split_ms']
             rows.append([name, r['input'], f'{ms["eager"]:.1f}', f'{ms["static"]:.1f}', f'{ms["ort"]:.1f}',
                          f'{split["pre_ops"]:.1f} / {split["graph"]:.1f} / {split["post_ops"]:.1f}',
@@ -99,7 +112,8 @@ def main(argv=None):
                    'static/ORT', 'same result'], rows)
     slower = [k for k, r in payload.items() if r['ms']['ort'] > r['ms']['eager']]
     print('target (ORT not slower than eager): ' + ('met for all' if not slower else f'NOT met for {slower}'))
-    h.print_result(dict(benchmark='deploy_latency', threads=args.threads, repeat=repeat, results=payload))
+    h.print_result(dict(benchmark='deploy_latency', threads=args.threads, repeat=repeat, margin=args.margin,
+                        results=payload))
 
 
 if __name__ == '__main__':
