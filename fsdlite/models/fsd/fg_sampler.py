@@ -101,17 +101,21 @@ class ForegroundSampler:
         device = scores.device
         flat = scores.detach().reshape(-1)
         cls = torch.arange(c, device=device).repeat(n)
-        key = batch.repeat_interleave(c) * c + cls
-        rank = segment_rank(key, flat, batch_size * c)
-        budgets = self.warmup_topk if mode == 'topk' else self.max_per_class
-        keep = rank < torch.tensor(budgets, device=device)[cls]
+        budgets = torch.tensor(self.warmup_topk if mode == 'topk' else self.max_per_class, device=device)
         num_over_budget = torch.zeros((), dtype=torch.int64, device=device)
         if mode == 'threshold':
+            # Rank only the pairs above their threshold: they outscore every pair below it, so their rank among
+            # themselves is their rank among all pairs of the same (sample, class) (and the sort is much smaller).
             thr = torch.tensor(self.score_thresholds, dtype=flat.dtype, device=device) - threshold_offset
-            above = flat > thr[cls]
-            num_over_budget = (above & ~keep).sum()
-            keep = keep & above
-        sel = mask_to_index(keep)
+            cand = mask_to_index(flat > thr[cls])
+        else:
+            cand = torch.arange(n * c, device=device)
+        cand_cls = cls[cand]
+        rank = segment_rank(batch[cand // c] * c + cand_cls, flat[cand], batch_size * c)
+        keep = rank < budgets[cand_cls]
+        if mode == 'threshold':
+            num_over_budget = (~keep).sum()
+        sel = cand[keep]
         point_index, class_id = sel // c, sel % c
         centre = self.voted_centre(xyz[point_index], vote_codes[point_index, class_id])
         return ForegroundPoints(point_index, class_id, batch[point_index], centre,

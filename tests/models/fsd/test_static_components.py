@@ -210,7 +210,8 @@ def test_select_padded_equals_dynamic_sampler(seed, n, budget, bound, levels):
         return
     out = sampler.select_padded(*padded, valid, 2, bounds)
     m = int(out.num_valid)
-    if levels is None or budget >= n:  # no tie can straddle the budget
+    if levels is None or min(budget, 5, 3) >= n:  # no tie can straddle a class budget (top-k order of ties
+        # at a budget is unspecified in the padded path)
         assert m == ref.point_index.numel()
         assert torch.equal(out.point_index[:m], ref.point_index) and torch.equal(out.class_id[:m], ref.class_id)
         assert torch.equal(out.batch[:m], ref.batch)
