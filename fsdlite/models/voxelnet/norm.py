@@ -5,6 +5,12 @@ statistics are gathered over *all* rows first (in chunks, without gradient: they
 the gradient flows through the normalised values and the affine parameters) and then applied
 per chunk.  Optional columns are log-transformed first (log(|x| + eps)): scattering angles,
 displacements and X0 estimates span orders of magnitude.
+
+``train_stats='running'`` standardises with the running statistics in training as well (they are still
+updated from every batch, the first batch initialises them).  Use it when one batch holds only a few
+correlated groups of rows, e.g. all the muons of one or two volumes: batch statistics would remove
+exactly the per-volume level (the material) the model has to see, and training would differ from
+evaluation.
 """
 import torch
 from torch import nn
@@ -21,7 +27,10 @@ class FeatureStandardizer(nn.Module):
         num_features (int): F, size of the last dimension.
         log_features (tuple[int]): columns replaced by log(|x| + log_eps) before standardising.
         log_eps (float): floor inside the log.
-        momentum (float): running-statistics update rate (training mode).
+        momentum (float | None): running-statistics update rate (training mode); None: cumulative average.
+            The first ``1 / momentum`` batches are averaged cumulatively (the first one initialises).
+        train_stats (str): 'batch' (standardise with the batch statistics in training, like BatchNorm) or
+            'running' (always with the running statistics; training then matches evaluation).
         eps (float): variance floor.
         stats_chunk_rows (int): rows per chunk while gathering statistics.
     Shapes:
@@ -34,8 +43,13 @@ class FeatureStandardizer(nn.Module):
                      channel_dim=-1)
 
     def __init__(self, num_features, log_features=(), log_eps=1e-6, momentum=0.1, eps=1e-5,
-                 stats_chunk_rows=1 << 20):
+                 stats_chunk_rows=1 << 20, train_stats='batch'):
         super().__init__()
+        if train_stats not in ('batch', 'running'):
+            raise ValueError(f"FeatureStandardizer: train_stats must be 'batch' or 'running', got {train_stats!r}")
+        if momentum is not None and not 0 < float(momentum) <= 1:
+            raise ValueError(f'FeatureStandardizer: momentum must be in (0, 1] or None, got {momentum}')
+        self.train_stats = train_stats
         self.num_features = int(num_features)
         bad = [c for c in log_features if not 0 <= int(c) < self.num_features]
         if bad:
@@ -44,13 +58,15 @@ class FeatureStandardizer(nn.Module):
         mask[list(log_features)] = True
         self.register_buffer('log_mask', mask, persistent=False)
         self.log_eps = float(log_eps)
-        self.momentum = float(momentum)
+        self.momentum = None if momentum is None else float(momentum)
         self.eps = float(eps)
         self.stats_chunk_rows = int(stats_chunk_rows)
         self.weight = nn.Parameter(torch.ones(self.num_features))
         self.bias = nn.Parameter(torch.zeros(self.num_features))
         self.register_buffer('running_mean', torch.zeros(self.num_features))
         self.register_buffer('running_var', torch.ones(self.num_features))
+        # batches seen since construction (not saved: a loaded model re-initialises from its first batch)
+        self.register_buffer('num_batches_tracked', torch.zeros((), dtype=torch.long), persistent=False)
 
     def transform(self, x):
         """The log transform of the configured columns (identity elsewhere); (..., F) -> (..., F)."""
@@ -72,18 +88,28 @@ class FeatureStandardizer(nn.Module):
         mean = total / n
         var = (squares / n - mean.square()).clamp(min=0)
         if self.training and rows.shape[0] > 1:
-            self.running_mean.lerp_(mean.to(self.running_mean), self.momentum)
+            self.num_batches_tracked += 1
+            rate = 1.0 / float(self.num_batches_tracked)
+            if self.momentum is not None and self.train_stats == 'running':
+                rate = max(rate, self.momentum)
+            elif self.momentum is not None:
+                rate = self.momentum          # 'batch' mode keeps BatchNorm's update rule
+            self.running_mean.lerp_(mean.to(self.running_mean), rate)
             unbiased = var * n / (n - 1)
-            self.running_var.lerp_(unbiased.to(self.running_var), self.momentum)
+            self.running_var.lerp_(unbiased.to(self.running_var), rate)
         return mean.to(x.dtype), var.to(x.dtype)
 
     def params(self, x):
-        """(scale, shift), each (F,): batch statistics of ``x`` in training mode, running ones otherwise."""
+        """(scale, shift), each (F,): batch statistics of ``x`` in training mode with ``train_stats='batch'``,
+        the running ones otherwise (updated from ``x`` first when training)."""
         if x.shape[-1] != self.num_features:
             raise ValueError(f'FeatureStandardizer: expected {self.num_features} features in the last dimension, '
                              f'got shape {tuple(x.shape)}')
-        if self.training:
+        if self.training and self.train_stats == 'batch':
             mean, var = self.batch_statistics(x)
+        elif self.training:
+            self.batch_statistics(x)
+            mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
         else:
             mean, var = self.running_mean.to(x.dtype), self.running_var.to(x.dtype)
         scale = self.weight.to(x.dtype) * torch.rsqrt(var + self.eps)

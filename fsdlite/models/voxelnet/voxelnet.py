@@ -29,6 +29,8 @@ class VoxelNet(BaseModel):
         voxel_stage (dict): :class:`~.stage.GraphStage` over voxels (its GravNet takes D + 4 features).
         head (dict): :class:`~.heads.VoxelClassHead` or :class:`~.heads.VoxelX0Head` config.
         input_norm (dict): :class:`~.norm.FeatureStandardizer` for the muon features.
+        voxel_norm (dict): :class:`~.norm.FeatureStandardizer` options for the muon-stage output (its
+            ``num_features`` is set to the muon-stage width).
         impl (str): 'dense' or 'efficient'.
         chunk_rows (int): efficient impl: graph nodes (voxels x muons) per chunk.
         recompute (bool): efficient impl: checkpoint each chunk (recompute activations in backward).
@@ -37,7 +39,7 @@ class VoxelNet(BaseModel):
     """
 
     def __init__(self, muon_stage, voxel_stage, head, input_norm, impl='efficient', chunk_rows=1 << 14,
-                 recompute=True, position_scale=1.0, data_preprocessor=None, init_cfg=None):
+                 recompute=True, position_scale=1.0, data_preprocessor=None, voxel_norm=None, init_cfg=None):
         # built in fsdlite's scope (BaseModel would look the type up in mmengine's root registry)
         preprocessor = MODELS.build(dict(data_preprocessor or dict(type='VoxelNetDataPreprocessor')))
         super().__init__(data_preprocessor=preprocessor, init_cfg=init_cfg)
@@ -48,7 +50,7 @@ class VoxelNet(BaseModel):
         self.input_norm = MODELS.build(dict(input_norm))
         self.muon_stage = MODELS.build(dict(muon_stage))
         width = self.muon_stage.out_channels
-        self.voxel_norm = MODELS.build(dict(type='FeatureStandardizer', num_features=width))
+        self.voxel_norm = MODELS.build(dict(dict(type='FeatureStandardizer'), **(voxel_norm or {}), num_features=width))
         self.voxel_stage = MODELS.build(dict(voxel_stage))
         if self.voxel_stage.in_channels != width + 4:
             raise ValueError(f'VoxelNet: voxel_stage.gravnet.in_channels must be muon-stage width + 4 = {width + 4}, '
