@@ -30,8 +30,10 @@ class MuonVolumeDataset(Dataset):
         block_size (tuple): (min, max) block edge in voxels (max None: grid size - 1).
         simulator (dict): keyword arguments of :class:`MuonSimulator`.
         seed (int): base seed (use different seeds for training and held-out sets).
+        muons_per_voxel (int, optional): K; each voxel's input holds only the K muons whose PoCA is nearest
+            to its centre (None: all M).  The baseline and the kept-muon counts still use all M muons.
     Items:
-        dict(inputs=dict(muon_features (V, M, 9) float32, voxel_centres (V, 3) float32),
+        dict(inputs=dict(muon_features (V, M, 9) (or (V, K, 9)) float32, voxel_centres (V, 3) float32),
         data_samples=Det3DDataSample) with ``gt_pts_seg.pts_semantic_mask`` (V,) int64 class,
         ``gt_pts_seg.x0`` (V,) float32 metres, ``gt_pts_seg.block_mask`` (V,) bool,
         ``gt_pts_seg.baseline_score`` (V,) float32 (NaN where no PoCA), ``gt_pts_seg.baseline_count`` (V,).
@@ -40,11 +42,15 @@ class MuonVolumeDataset(Dataset):
     METAINFO = dict(classes=DEFAULT_CLASSES, feature_names=FEATURE_NAMES)
 
     def __init__(self, num_volumes, grid_shape=(5, 5, 3), voxel_size=0.2, num_muons=250, classes=DEFAULT_CLASSES,
-                 block_size=(1, None), simulator=None, seed=0):
+                 block_size=(1, None), simulator=None, seed=0, muons_per_voxel=None):
         if num_volumes < 0:
             raise ValueError(f'MuonVolumeDataset: num_volumes must be >= 0, got {num_volumes}')
         if num_muons < 1:
             raise ValueError(f'MuonVolumeDataset: num_muons must be >= 1, got {num_muons}')
+        if muons_per_voxel is not None and not 1 <= muons_per_voxel <= num_muons:
+            raise ValueError(f'MuonVolumeDataset: muons_per_voxel must be in [1, num_muons={num_muons}] or None, '
+                             f'got {muons_per_voxel}')
+        self.muons_per_voxel = None if muons_per_voxel is None else int(muons_per_voxel)
         self.num_volumes = int(num_volumes)
         self.grid = VoxelGrid(grid_shape, voxel_size)
         self.num_muons = int(num_muons)
@@ -94,5 +100,6 @@ class MuonVolumeDataset(Dataset):
             voxel_size=self.grid.voxel_size, muon_counts=counts, num_parallel_tracks=int(muons['parallel'].sum())))
         sample.gt_pts_seg = PointData(pts_semantic_mask=labels, x0=x0.float(), block_mask=block,
                                       baseline_score=score, baseline_count=count)
-        inputs = dict(muon_features=voxel_muon_features(muons, centres), voxel_centres=centres.float())
+        inputs = dict(muon_features=voxel_muon_features(muons, centres, self.muons_per_voxel),
+                      voxel_centres=centres.float())
         return dict(inputs=inputs, data_samples=sample)

@@ -4,7 +4,7 @@ import torch
 FEATURE_NAMES = ('dtheta_x', 'dtheta_y', 'dx', 'dy', 'x0_estimate', 'dpoca_x', 'dpoca_y', 'dpoca_z', 'dpoca_r')
 
 
-def voxel_muon_features(muons, centres):
+def voxel_muon_features(muons, centres, nearest=None):
     """The (V, M, 9) VoxelNet input: every voxel sees every muon, PoCA relative to the voxel.
 
     Columns (``FEATURE_NAMES``): dtheta_x, dtheta_y (rad), dx, dy (m, displacement at the PoCA),
@@ -13,13 +13,21 @@ def voxel_muon_features(muons, centres):
     Args:
         muons (dict): ``dtheta`` (M, 2), ``dxy`` (M, 2), ``x0_estimate`` (M,), ``poca`` (M, 3).
         centres (Tensor): (V, 3) voxel centres.
+        nearest (int, optional): K; each voxel sees only the K muons whose PoCA is nearest to its centre
+            (ordered by that distance) instead of all M.
     Returns:
-        Tensor: (V, M, 9) float32.
+        Tensor: (V, M, 9) float32, or (V, K, 9) with ``nearest``.
     """
     per_muon = torch.cat([muons['dtheta'], muons['dxy'], muons['x0_estimate'].unsqueeze(1)], 1).float()
     offset = (muons['poca'].unsqueeze(0) - centres.unsqueeze(1)).float()           # (V, M, 3)
     v, m = offset.shape[:2]
-    return torch.cat([per_muon.unsqueeze(0).expand(v, m, 5), offset, offset.norm(dim=2, keepdim=True)], 2)
+    feats = torch.cat([per_muon.unsqueeze(0).expand(v, m, 5), offset, offset.norm(dim=2, keepdim=True)], 2)
+    if nearest is None:
+        return feats
+    if not 1 <= int(nearest) <= m:
+        raise ValueError(f'voxel_muon_features: nearest must be in [1, M={m}] muons, got {nearest}')
+    order = feats[..., 8].topk(int(nearest), dim=1, largest=False).indices              # (V, K) ascending
+    return feats.gather(1, order.unsqueeze(2).expand(-1, -1, feats.shape[2]))
 
 
 def poca_log_scatter(muons, grid, min_angle=1e-6):

@@ -80,6 +80,7 @@ def test_random_block_volume_respects_sizes():
     (dict(classes=('beryllium', 'kryptonite')), r"materials \['kryptonite'\] are unknown"),
     (dict(simulator=dict(num_panels=1)), 'num_panels must be >= 2'),
     (dict(simulator=dict(efficiency=0)), r'efficiency must be in \(0, 1\]'),
+    (dict(num_muons=30, muons_per_voxel=31), r'muons_per_voxel must be in \[1, num_muons=30\] or None, got 31'),
 ])
 def test_invalid_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -89,3 +90,22 @@ def test_invalid_arguments(kwargs, match):
 def test_index_out_of_range(dataset):
     with pytest.raises(IndexError, match='index 3 out of range for 3 volumes'):
         dataset[3]
+
+
+def test_muons_per_voxel_keeps_the_nearest_pocas(dataset):
+    near = MuonVolumeDataset(num_volumes=3, grid_shape=(4, 3, 2), voxel_size=0.25, num_muons=120, seed=7,
+                             muons_per_voxel=16)
+    full, item = dataset[2], near[2]
+    feats, all_feats = item['inputs']['muon_features'], full['inputs']['muon_features']
+    assert feats.shape == (24, 16, 9)
+    # per voxel: the 16 smallest PoCA distances of all 120 muons, ascending, with their muons' own features
+    expected = all_feats[..., 8].sort(dim=1).values[:, :16]
+    torch.testing.assert_close(feats[..., 8], expected)
+    assert (feats[..., 8].amax(1) <= all_feats[..., 8].sort(dim=1).values[:, 16]).all()
+    rows = {tuple(r.tolist()) for r in all_feats[0]}
+    assert all(tuple(r.tolist()) in rows for r in feats[0])
+    # the baseline and labels still come from all muons of the same simulated volume
+    torch.testing.assert_close(item['data_samples'].gt_pts_seg.baseline_score,
+                               full['data_samples'].gt_pts_seg.baseline_score, equal_nan=True)
+    assert torch.equal(item['data_samples'].gt_pts_seg.pts_semantic_mask,
+                       full['data_samples'].gt_pts_seg.pts_semantic_mask)

@@ -7,7 +7,7 @@ from mmengine.dataset import pseudo_collate
 
 from fsdlite.registry import DATASETS, METRICS
 
-TINY = dict(grid_shape=(3, 3, 2), num_muons=30, voxel_size=0.3)   # V = 18 >= k_voxel, M = 30 >= k_muon
+TINY = dict(grid_shape=(3, 3, 2), num_muons=50, muons_per_voxel=30, voxel_size=0.3)  # V=18 >= k_voxel, 30 >= k_muon
 
 
 @pytest.fixture(scope='module')
