@@ -1,6 +1,8 @@
 # VoxelNet on simulated random-block volumes (4x4x3 voxels of 0.2 m, 500 muons each; X0Net sizes);
 # each voxel sees the 40 muons whose PoCA is nearest to it (muons_per_voxel).
-# CPU budget: ~0.16 s of CPU per iteration (batch 4) on one core (OMP_NUM_THREADS=1) -> ~17 min for 6000.
+# CPU budget: ~0.15 s of CPU per iteration (batch 4) on one core (OMP_NUM_THREADS=1); measured: 899 s user
+# CPU (16.4 min wall) for the 6000 iterations and 4 validations.  Result (iter_6000): val accuracy 0.916,
+# block AUC 0.973 (baseline 0.533 / 0.630); test (seed 2) 0.930 / 0.978 (baseline 0.559 / 0.704).
 # Held-out volumes use another seed; the metric reports the model next to the PoCA log-scattering
 # baseline on the same volumes.
 # Why these sizes: the cost of the muon stage grows with V x M, the signal with the muons per voxel
