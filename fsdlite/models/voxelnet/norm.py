@@ -65,8 +65,21 @@ class FeatureStandardizer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(self.num_features))
         self.register_buffer('running_mean', torch.zeros(self.num_features))
         self.register_buffer('running_var', torch.ones(self.num_features))
-        # batches seen since construction (not saved: a loaded model re-initialises from its first batch)
-        self.register_buffer('num_batches_tracked', torch.zeros((), dtype=torch.long), persistent=False)
+        # batches the running statistics have seen (saved, so that training a loaded model continues them)
+        self.register_buffer('num_batches_tracked', torch.zeros((), dtype=torch.long))
+
+    #: count assumed for running statistics loaded from a checkpoint that predates the saved batch count
+    LOADED_STATS_BATCHES = 1000
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + 'num_batches_tracked'
+        if key not in state_dict and prefix + 'running_mean' in state_dict:
+            # older checkpoints: their running statistics are fitted, not fresh (never re-initialise from one batch)
+            state_dict = dict(state_dict)
+            state_dict[key] = torch.tensor(self.LOADED_STATS_BATCHES, dtype=torch.long)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def transform(self, x):
         """The log transform of the configured columns (identity elsewhere); (..., F) -> (..., F)."""

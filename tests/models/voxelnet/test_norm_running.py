@@ -65,3 +65,22 @@ def test_voxelnet_config_uses_running_statistics(build_voxelnet, inputs):
         eval_out = model(dict(muon_features=feats, voxel_centres=centres))
     # one batch seen: running statistics = that batch's, so training and evaluation agree on it
     torch.testing.assert_close(train_out, eval_out)
+
+
+def test_loaded_statistics_are_continued_not_reinitialised():
+    """The batch count is saved; a state dict without it (older checkpoints) loads strictly and counts as fitted."""
+    torch.manual_seed(0)
+    fitted = FeatureStandardizer(3, train_stats='running', momentum=None).train()
+    for _ in range(5):
+        fitted(torch.randn(64, 3) * 2 + 5)
+    state = fitted.state_dict()
+    assert int(state['num_batches_tracked']) == 5
+    for saved in (state, {k: v for k, v in state.items() if k != 'num_batches_tracked'}):
+        loaded = FeatureStandardizer(3, train_stats='running', momentum=None)
+        loaded.load_state_dict(saved, strict=True)
+        assert int(loaded.num_batches_tracked) == (5 if 'num_batches_tracked' in saved else
+                                                   FeatureStandardizer.LOADED_STATS_BATCHES)
+        before = loaded.running_mean.clone()
+        loaded.train()(torch.zeros(64, 3))   # one far-off batch moves the statistics a little, not onto it
+        moved = (loaded.running_mean - before).abs().max()
+        assert 0 < moved < 0.5 * before.abs().min()
