@@ -76,10 +76,14 @@ def load_into(model, state, ckpt_path, config_path):
         SlimError: the checkpoint was trained with another config (missing/unexpected keys, other shapes).
     """
     own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
     shapes = sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(own[k].shape)}'
                     for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
+    missing, unexpected = [], []
+    if not shapes:  # load non-strictly first: module hooks may fill keys that older checkpoints lack
+        result = model.load_state_dict(state, strict=False)
+        missing, unexpected = sorted(result.missing_keys), sorted(result.unexpected_keys)
+    else:
+        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if missing or unexpected or shapes:
         parts = []
         for what, items in (('missing', missing), ('unexpected', unexpected), ('different shapes', shapes)):
@@ -88,7 +92,6 @@ def load_into(model, state, ckpt_path, config_path):
                 parts.append(f'{what}: {items[:5]}{more}')
         raise SlimError(f'checkpoint {ckpt_path!r} does not belong to config {config_path!r} ('
                         + '; '.join(parts) + ')')
-    model.load_state_dict(state, strict=True)
     return model
 
 
