@@ -7,7 +7,8 @@ short fine-tune with the config's own (rescaled) schedule.
 
 Every variant is measured on the same samples (batch 1, one torch thread): MACs on the first item of the
 config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
-predict forwards, for the slimmed weights before and after the fine-tune (a detector's later stages depend on
+predict forwards, for the slimmed weights before and after the fine-tune, all variants of a family timed
+together at the end in turns (round robin over frames and repeats, so machine load hits them alike) (a detector's later stages depend on
 what it predicts, so the fine-tuned latency is the one that counts; the speed-up uses it); peak memory = RSS growth of one predict forward
 in a fresh process (``_harness.run_isolated``). The metric is the config's test evaluator on its held-out
 set (FSD-lite: 3D mAP over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy;
@@ -17,6 +18,7 @@ Targets checked for FSD-lite: width 0.5 >= 2x faster on CPU; after a fine-tune o
 within 5 AP points of the original. Ends with ``RESULT {json}``.
 """
 import argparse
+import copy
 import json
 import os.path as osp
 import sys
@@ -71,10 +73,25 @@ def peak_memory(config, ckpt, options):
     return res['peak_bytes'] if res['ok'] else float('nan')
 
 
-def frame_latency(model, frames, repeat):
-    """Mean over ``frames`` (preprocessed batches) of the median predict time (s) of ``model``."""
-    from fsdlite.slim.cost import measure_latency
-    return sum(measure_latency(model, data, repeat=repeat) for data in frames) / len(frames)
+def interleaved_latency(models, frames, repeat):
+    """``{key: seconds}``: mean over ``frames`` of the median predict time of each model in ``models``.
+
+    The models take turns on every frame and repeat (round robin), so a busy machine slows them alike.
+    """
+    import statistics
+
+    import torch
+    times = {key: [[] for _ in frames] for key in models}
+    with torch.no_grad():
+        for model in models.values():
+            model.eval()(**frames[0], mode='predict')  # warm-up
+        for _ in range(repeat):
+            for i, data in enumerate(frames):
+                for key, model in models.items():
+                    start = time.perf_counter()
+                    model(**data, mode='predict')
+                    times[key][i].append(time.perf_counter() - start)
+    return {key: sum(statistics.median(t) for t in per_frame) / len(frames) for key, per_frame in times.items()}
 
 
 def latency_frames(prepared, count):
@@ -128,13 +145,12 @@ def run_family(name, spec, args, ckpt):
         label, request = requests[key]
         written = write_slim(prepared, request, str(out / key))
         variants.append((label, written.config_path, written.checkpoint_path, None, written))
-    rows = []
-    base = None
+    rows, timed = [], {}   # timed: (row index, latency field) -> model, measured together at the end
     for label, cfg_path, weights, opts, written in variants:
         tag = label.replace(' ', '_').replace('+', 'and')
         model = prepared.model if written is None else written.slim_model
         cost = model_cost(model, prepared.data, 1)
-        cost['latency_s'] = frame_latency(model, frames, args.repeat)
+        timed[(len(rows), 'latency_s')] = copy.deepcopy(model)
         cost['peak_bytes'] = float('nan') if args.no_memory else peak_memory(cfg_path, weights, opts)
         value, metrics = metric_of(cfg_path, weights, str(out / 'eval' / tag), opts, spec['metric'])
         row = dict(family=name, variant=label, params=cost['params'], macs=cost['macs'], latency_s=cost['latency_s'],
@@ -147,14 +163,16 @@ def run_family(name, spec, args, ckpt):
                        finetune_wall_min=(time.perf_counter() - wall0) / 60)
             row['metric_finetuned'], row['metrics_finetuned'] = metric_of(
                 cfg_path, tuned, str(out / 'eval' / (tag + '_ft')), None, spec['metric'])
-            row['latency_ft_s'] = frame_latency(load_weights(model, tuned), frames, args.repeat)
+            timed[(len(rows), 'latency_ft_s')] = load_weights(copy.deepcopy(model), tuned)
             row['changes'] = [list(c) for c in written.result.changes]
             row['depth'] = {k: v for k, v in spec['depth'].items()} if 'depth' in label else {}
             row['slim_config'], row['slim_checkpoint'] = cfg_path, weights
-        base = base or row
-        latency = row.get('latency_ft_s', row['latency_s'])
-        row['speedup'] = base['latency_s'] / latency if latency else float('nan')
         rows.append(row)
+    for (index, field), seconds in interleaved_latency(timed, frames, args.repeat).items():
+        rows[index][field] = seconds
+    for row in rows:
+        latency = row.get('latency_ft_s', row['latency_s'])
+        row['speedup'] = rows[0]['latency_s'] / latency if latency else float('nan')
     return rows
 
 
