@@ -35,7 +35,7 @@ FAMILIES = {
                 depth={'backbone.encoder_channels.2': 1, 'sir.block_channels': 2},
                 quick={'val_dataloader.dataset.num_frames': 2, 'test_dataloader.dataset.num_frames': 2,
                        'train_dataloader.dataset.num_frames': 2, 'train_dataloader.batch_size': 1}),
-    'voxelnet': dict(config='configs/voxelnet/voxelnet_random_blocks.py', metric='voxel/accuracy', finetune=150,
+    'voxelnet': dict(config='configs/voxelnet/voxelnet_random_blocks.py', metric='voxel/accuracy', finetune=1500,
                      depth={'muon_stage.gravnet.hidden_channels': 1, 'voxel_stage.gravnet.hidden_channels': 1},
                      quick={'val_dataloader.dataset.num_volumes': 2, 'test_dataloader.dataset.num_volumes': 2,
                             'train_dataloader.batch_size': 1, 'val_dataloader.batch_size': 1,
