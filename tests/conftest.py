@@ -1,11 +1,18 @@
-"""Shared test setup: one torch thread, the shared data folder, and CUDA test skipping."""
+"""Shared test setup: one torch thread, hypothesis profiles, the shared data folder, and CUDA test skipping."""
 import os
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 torch.set_num_threads(1)  # tiny ops are pathological with 2 threads; spconv strided convs too
+
+# Property tests draw the same examples on every run by default, so a CI run cannot fail by the luck of the
+# draw; HYPOTHESIS_PROFILE=explore draws new random examples (run it to hunt for new counter-examples).
+settings.register_profile('ci', derandomize=True, print_blob=True)
+settings.register_profile('explore', derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'ci'))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
