@@ -4,6 +4,7 @@ import types
 from pathlib import Path
 
 import pytest
+from torch import nn
 
 REPO = Path(__file__).resolve().parents[2]
 _LIDAR = {'val_dataloader.dataset.lidar.num_beams': 16, 'val_dataloader.dataset.lidar.azimuth_resolution': 0.6,
@@ -73,9 +74,20 @@ def prepared(families):
     return get
 
 
+class Wrap(nn.Module):
+    """BaseModel-like wrapper of a plain module: ``forward(inputs, data_samples, mode) -> body(inputs)``."""
+
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+
+    def forward(self, inputs, data_samples=None, mode='tensor'):
+        return self.body(inputs)
+
+
 @pytest.fixture
 def slim_kit():
     """Helpers that tests share (importlib mode forbids importing conftest)."""
     from fsdlite.slim.api import max_abs_diff
     from fsdlite.slim.engine import SlimRequest
-    return types.SimpleNamespace(Request=SlimRequest, max_abs_diff=max_abs_diff, repo=REPO)
+    return types.SimpleNamespace(Request=SlimRequest, max_abs_diff=max_abs_diff, repo=REPO, Wrap=Wrap)

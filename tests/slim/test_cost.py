@@ -5,18 +5,9 @@ from torch import nn
 from fsdlite.slim.cost import MacCounter, count_macs, sparse_conv_pairs
 
 
-class Wrap(nn.Module):
-    def __init__(self, body):
-        super().__init__()
-        self.body = body
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        return self.body(inputs)
-
-
-def test_dense_layers_are_counted_exactly():
+def test_dense_layers_are_counted_exactly(slim_kit):
     body = nn.Sequential(nn.Linear(7, 5), nn.ReLU(), nn.Linear(5, 3, bias=False))
-    total, by_op, uncounted = count_macs(Wrap(body), dict(inputs=torch.randn(11, 7)))
+    total, by_op, uncounted = count_macs(slim_kit.Wrap(body), dict(inputs=torch.randn(11, 7)))
     assert total == 11 * 7 * 5 + 11 * 5 * 3
     assert not uncounted
 
@@ -40,11 +31,11 @@ class SparseNet(nn.Module):
         return self.keyless(self.up(self.down(self.subm(x)))).features
 
 
-def test_sparse_convs_are_counted_from_the_rulebook_as_spconv_runs_them():
+def test_sparse_convs_are_counted_from_the_rulebook_as_spconv_runs_them(slim_kit):
     from fsdlite.utils.compat import import_spconv
     spconv = import_spconv()
     torch.manual_seed(0)
-    net = Wrap(SparseNet(spconv)).eval()
+    net = slim_kit.Wrap(SparseNet(spconv)).eval()
     x = _sparse_input(spconv)
     total, by_op, _ = count_macs(net, dict(inputs=x))
     # the same forward with the hooks off: spconv's own gather-GEMM-scatter matmuls, counted one by one
@@ -61,7 +52,7 @@ def test_sparse_convs_are_counted_from_the_rulebook_as_spconv_runs_them():
     assert pairs[0][13] == x.features.shape[0] and pairs[0] == pairs[0][::-1]
 
 
-def test_kernel_point_conv_counts_valid_neighbour_pairs():
+def test_kernel_point_conv_counts_valid_neighbour_pairs(slim_kit):
     from fsdlite.models.kpconv.kpconv_layer import KPConv
 
     class Body(nn.Module):
@@ -75,6 +66,6 @@ def test_kernel_point_conv_counts_valid_neighbour_pairs():
 
     pts = torch.rand(10, 3)
     nbrs = torch.tensor([[0, 1, 10]] * 10)           # two valid neighbours, one shadow slot per query
-    total, by_op, _ = count_macs(Wrap(Body()), dict(inputs=(pts, nbrs, torch.randn(10, 3))))
+    total, by_op, _ = count_macs(slim_kit.Wrap(Body()), dict(inputs=(pts, nbrs, torch.randn(10, 3))))
     assert by_op['fsdlite::kpconv'] == 10 * 2 * 3 * 5 + 10 * 5 * 3 * 6   # 'sum' aggregation over 5 kernel points
     assert total == by_op['fsdlite::kpconv']

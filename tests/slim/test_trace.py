@@ -7,21 +7,13 @@ from fsdlite.slim.graph import ChannelGraph
 from fsdlite.slim.trace import LABEL_ATTR, TraceError, trace_channels
 
 
-class Wrap(nn.Module):
-    """BaseModel-like wrapper: forward(inputs, data_samples, mode) -> body(inputs)."""
-
-    def __init__(self, body):
-        super().__init__()
-        self.body = body
-
-    def forward(self, inputs, data_samples=None, mode='tensor'):
-        return self.body(inputs)
-
-
-def graph_of(body, x):
-    model = Wrap(body)
-    tracer = trace_channels(model, dict(inputs=x))
-    return ChannelGraph.from_tracer(tracer), tracer
+@pytest.fixture
+def graph_of(slim_kit):
+    """``(body, x) -> (ChannelGraph, tracer)`` of ``body`` traced on input ``x``."""
+    def trace(body, x):
+        tracer = trace_channels(slim_kit.Wrap(body), dict(inputs=x))
+        return ChannelGraph.from_tracer(tracer), tracer
+    return trace
 
 
 def units(graph, leaf, role):
@@ -37,7 +29,7 @@ class Residual(nn.Module):
         return self.head(torch.relu(self.a(x)) + self.b(x))
 
 
-def test_residual_sum_couples_channels_position_by_position():
+def test_residual_sum_couples_channels_position_by_position(graph_of):
     g, _ = graph_of(Residual(), torch.randn(5, 3))
     assert units(g, 'a', 'out') == units(g, 'b', 'out') == units(g, 'head', 'in')
     assert len(set(units(g, 'a', 'out'))) == 6                  # six independent units
@@ -57,7 +49,7 @@ class CatGather(nn.Module):
         return self.head(torch.cat([a, self.b(x)[torch.tensor([1, 0, 2, 3])], pooled], 1))
 
 
-def test_concat_and_row_ops_keep_each_channel():
+def test_concat_and_row_ops_keep_each_channel(graph_of):
     g, _ = graph_of(CatGather(), torch.randn(4, 2))
     ua, ub = units(g, 'a', 'out'), units(g, 'b', 'out')
     assert units(g, 'head', 'in') == ua + ub + ua              # the pooled copy belongs to a's units
@@ -76,7 +68,7 @@ class GroupedSum(nn.Module):
         return self.head(self.narrow(x) + wide.view(-1, 4, 2).sum(2))
 
 
-def test_grouped_reshape_sum_ties_channel_pairs_to_one_unit():
+def test_grouped_reshape_sum_ties_channel_pairs_to_one_unit(graph_of):
     g, _ = graph_of(GroupedSum(), torch.randn(5, 3))
     wide, narrow = units(g, 'wide', 'out'), units(g, 'narrow', 'out')
     assert [wide[2 * j] for j in range(4)] == [wide[2 * j + 1] for j in range(4)] == narrow
@@ -94,7 +86,7 @@ class Attention(nn.Module):
         return self.out(attn @ self.v(x) * score)
 
 
-def test_contraction_couples_query_key_and_keeps_value_channels():
+def test_contraction_couples_query_key_and_keeps_value_channels(graph_of):
     g, _ = graph_of(Attention(), torch.randn(6, 4))
     assert units(g, 'q', 'out') == units(g, 'k', 'out')
     assert len(set(units(g, 'q', 'out'))) == 3
@@ -123,7 +115,7 @@ class WithDepthwise(nn.Module):
         return self.head(self.dw(self.a(x))) + self.fixed.sum()
 
 
-def test_declared_parameter_dims_join_the_channels_they_scale():
+def test_declared_parameter_dims_join_the_channels_they_scale(graph_of):
     g, tracer = graph_of(WithDepthwise(), torch.randn(3, 2))
     assert g.dim_of('body.dw', 'param').units == units(g, 'a', 'out')
     assert not set(units(g, 'a', 'out')) & g.frozen
@@ -141,7 +133,7 @@ class FrozenByParam(nn.Module):
         return self.head(self.a(x) * self.gain)
 
 
-def test_parameter_without_spec_freezes_the_channels_it_touches():
+def test_parameter_without_spec_freezes_the_channels_it_touches(graph_of):
     g, _ = graph_of(FrozenByParam(), torch.randn(3, 2))
     assert set(units(g, 'a', 'out')) <= g.frozen
 
@@ -160,13 +152,13 @@ class UnknownOp(nn.Module):
         return self.head(_mix(self.a(x)))
 
 
-def test_op_without_rule_freezes_its_channels_and_is_reported():
+def test_op_without_rule_freezes_its_channels_and_is_reported(graph_of):
     g, _ = graph_of(UnknownOp(), torch.randn(3, 2))
     assert set(units(g, 'a', 'out')) <= g.frozen
     assert g.conservative_ops == {'slimtest::mix': 1}
 
 
-def test_segment_reduce_keeps_columns():
+def test_segment_reduce_keeps_columns(graph_of):
     from fsdlite.ops import segment_reduce
 
     class Seg(nn.Module):
@@ -193,6 +185,6 @@ class Starved(nn.Module):
         return self.b(h[h[:, 0] > 1e9])          # no row passes: b never sees data
 
 
-def test_layer_reached_without_rows_is_a_clear_error():
+def test_layer_reached_without_rows_is_a_clear_error(graph_of):
     with pytest.raises(TraceError, match=r"reached layers \['body.b'\] with no rows"):
         graph_of(Starved(), torch.randn(4, 2))

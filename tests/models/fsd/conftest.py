@@ -101,6 +101,18 @@ def fsdv2_config():
                                test_cfg=dict(score_thr=0.0)))
 
 
+def randomize_bn(module, seed=0):
+    """Random BatchNorm1d running statistics (mean in [-0.2, 0.2), var in [0.5, 1.5)) so eval-mode norms are not
+    identities; returns ``module``."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=g) * 0.4 - 0.2)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+    return module
+
+
 class FsdKit:
     """Helpers handed to tests (pytest's importlib mode forbids importing conftest)."""
 
@@ -108,10 +120,11 @@ class FsdKit:
     collate = staticmethod(collate)
     fsd_config = staticmethod(fsd_config)
     fsdv2_config = staticmethod(fsdv2_config)
+    randomize_bn = staticmethod(randomize_bn)
     RANGE = RANGE
 
 
-@pytest.fixture
+@pytest.fixture(scope='session')
 def kit():
     """Scene maker, collate and tiny model configs (see :class:`FsdKit`)."""
     return FsdKit

@@ -26,16 +26,6 @@ def random_voxels(seed, batch, shape, density, pad):
     return torch.cat([coors, torch.zeros(pad, 4, dtype=torch.long)]), coors.shape[0]
 
 
-def randomize_bn(module, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=g) * 0.4 - 0.2)
-                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
-    return module
-
-
 # ------------------------------------------------------------------------------------------ in-graph rulebooks
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), batch=st.integers(1, 2), density=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
@@ -70,12 +60,12 @@ def test_graph_rulebook_rejects_voxels_outside_the_key_space():
 
 
 @pytest.fixture(scope='module')
-def unet():
+def unet(kit):
     torch.manual_seed(0)
     net = MODELS.build(dict(type='SparseUNet', in_channels=5, voxel_size=(0.5, 0.5, 0.5), point_range=(0, 0, 0, 4, 6, 3),
                             base_channels=8, encoder_channels=((8,), (16,), (16,)),
                             decoder_channels=((16, 16, 16), (16, 16, 8), (8, 8, 8))))
-    return randomize_bn(net).eval().double()
+    return kit.randomize_bn(net).eval().double()
 
 
 @pytest.mark.parametrize('graph_ops', [False, True])
@@ -222,9 +212,9 @@ def test_select_padded_equals_dynamic_sampler(seed, n, budget, bound, levels):
 
 
 # ------------------------------------------------------------------------------- padded modules vs dynamic
-def test_padded_vfe_neck_sir_and_box_selection_equal_dynamic():
+def test_padded_vfe_neck_sir_and_box_selection_equal_dynamic(kit):
     torch.manual_seed(0)
-    vfe = randomize_bn(MODELS.build(dict(type='DynamicVFE', in_channels=4, feat_channels=(8, 8),
+    vfe = kit.randomize_bn(MODELS.build(dict(type='DynamicVFE', in_channels=4, feat_channels=(8, 8),
                                          voxel_size=(0.5, 0.5, 0.5), point_range=RANGE))).eval().double()
     neck = MODELS.build(dict(type='Voxel2PointNeck', in_channels=8, voxel_size=(0.5, 0.5, 0.5), point_range=RANGE))
     sir = MODELS.build(dict(type='SIR', in_channels=8, block_channels=((8, 8), (8,)), rel_channels=(4,))).double()

@@ -28,13 +28,7 @@ def model_cfg(kit, name, point_range):
 def dynamic_model(kit, name, point_range, seed=0):
     """Random weights and random BatchNorm statistics, float64, eval."""
     torch.manual_seed(seed)
-    model = MODELS.build(model_cfg(kit, name, point_range))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm1d):
-                m.running_mean.copy_(torch.rand(m.running_mean.shape, generator=g) * 0.4 - 0.2)
-                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+    model = kit.randomize_bn(MODELS.build(model_cfg(kit, name, point_range)), seed)
     return model.double().eval()
 
 
