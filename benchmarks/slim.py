@@ -124,7 +124,8 @@ def run_family(name, spec, args, ckpt):
     """Rows of one family: original, width-slimmed, depth-reduced; each evaluated, the slim ones fine-tuned."""
     import torch
 
-    from fsdlite.slim.api import model_cost, prepare, write_slim
+    from fsdlite.slim.api import prepare, write_slim
+    from fsdlite.slim.cost import count_macs, count_params
     from fsdlite.slim.engine import SlimRequest
     from fsdlite.slim.finetune import finetune
 
@@ -149,13 +150,12 @@ def run_family(name, spec, args, ckpt):
     for label, cfg_path, weights, opts, written in variants:
         tag = label.replace(' ', '_').replace('+', 'and')
         model = prepared.model if written is None else written.slim_model
-        cost = model_cost(model, prepared.data, 1)
-        timed[(len(rows), 'latency_s')] = copy.deepcopy(model)
-        cost['peak_bytes'] = float('nan') if args.no_memory else peak_memory(cfg_path, weights, opts)
+        macs, _, uncounted = count_macs(model, prepared.data)
+        timed[(len(rows), 'latency_s')] = copy.deepcopy(model)   # timed with the others at the end
+        peak = float('nan') if args.no_memory else peak_memory(cfg_path, weights, opts)
         value, metrics = metric_of(cfg_path, weights, str(out / 'eval' / tag), opts, spec['metric'])
-        row = dict(family=name, variant=label, params=cost['params'], macs=cost['macs'], latency_s=cost['latency_s'],
-                   peak_bytes=cost['peak_bytes'], metric=value, metric_name=spec['metric'], metrics=metrics,
-                   uncounted_ops=cost['uncounted_ops'])
+        row = dict(family=name, variant=label, params=count_params(model), macs=int(macs), peak_bytes=peak,
+                   metric=value, metric_name=spec['metric'], metrics=metrics, uncounted_ops=dict(uncounted))
         if written is not None:
             cpu0, wall0 = time.process_time(), time.perf_counter()
             tuned = finetune(cfg_path, weights, iters, str(out / 'finetune' / tag))

@@ -100,21 +100,18 @@ class ForegroundSampler:
                              f'got {tuple(scores.shape)} and {tuple(vote_codes.shape)}')
         device = scores.device
         flat = scores.detach().reshape(-1)
-        cls = torch.arange(c, device=device).repeat(n)
         budgets = torch.tensor(self.warmup_topk if mode == 'topk' else self.max_per_class, device=device)
-        num_over_budget = torch.zeros((), dtype=torch.int64, device=device)
         if mode == 'threshold':
             # Rank only the pairs above their threshold: they outscore every pair below it, so their rank among
             # themselves is their rank among all pairs of the same (sample, class) (and the sort is much smaller).
             thr = torch.tensor(self.score_thresholds, dtype=flat.dtype, device=device) - threshold_offset
-            cand = mask_to_index(flat > thr[cls])
+            cand = mask_to_index((scores.detach() > thr).reshape(-1))
         else:
             cand = torch.arange(n * c, device=device)
-        cand_cls = cls[cand]
+        cand_cls = cand % c
         rank = segment_rank(batch[cand // c] * c + cand_cls, flat[cand], batch_size * c)
         keep = rank < budgets[cand_cls]
-        if mode == 'threshold':
-            num_over_budget = (~keep).sum()
+        num_over_budget = (~keep).sum() if mode == 'threshold' else torch.zeros((), dtype=torch.int64, device=device)
         sel = cand[keep]
         point_index, class_id = sel // c, sel % c
         centre = self.voted_centre(xyz[point_index], vote_codes[point_index, class_id])
