@@ -4,8 +4,10 @@ Outside the graph (eager, ``fsdlite.ops``): the data preprocessor's pyramid (``g
 ``radius_neighbors`` neighbourhoods / pooling / upsampling indices cut to the calibrated limits H_l), padded to
 the per-level bounds ``max_points[l]`` with the shadow index moved to the bound (a shadow row is zero);
 after the graph: softmax, projection of level-0 scores to every input point, per-sample split.  Inside: the
-encoder, decoder and head on the padded pyramid, with the kernel-point layers' pure-torch formulation
-(``impl='naive'``, the references of ``fsdlite.ops.kpconv`` / ``kp_aggregate``) while exporting.
+encoder, decoder and head on the padded pyramid, with the kernel-point layers' ONNX formulation
+(``impl='export'``: the math of the ``fsdlite.ops.kpconv`` / ``kp_aggregate`` references with Gather, one GEMM
+for the kernel-point distances and MatMul contractions, see ``fsdlite.models.kpconv.export_forms``) while
+exporting.
 """
 import contextlib
 
@@ -135,19 +137,19 @@ class KPFCNNAdapter(DeployAdapter):
         return KPFCNNGraph(self.model, self.levels)
 
     def export_context(self):
-        """Kernel-point layers use their pure-torch formulation (``impl='naive'``) while exporting."""
+        """Kernel-point layers use their ONNX formulation (``impl='export'``) while exporting."""
         @contextlib.contextmanager
-        def naive():
+        def export_impl():
             layers = [m for m in self.model.modules() if isinstance(m, KernelPointLayer)]
             saved = [m.impl for m in layers]
             try:
                 for m in layers:
-                    m.impl = 'naive'
+                    m.impl = 'export'
                 yield
             finally:
                 for m, impl in zip(layers, saved):
                     m.impl = impl
-        return naive()
+        return export_impl()
 
     def outside_graph(self):
         return dict(

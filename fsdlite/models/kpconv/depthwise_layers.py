@@ -57,7 +57,7 @@ class _KPAggregateLayer(KernelPointLayer):
         kp = self.kernel(x)
         if self.impl == 'fused':
             return ops().kp_aggregate(q_pts, s_pts, neighbors, x, kp, depthwise, gen_weights, **self.geometry())
-        return references()[1](q_pts, s_pts, neighbors, x, kp, depthwise, gen_weights, **self.geometry())
+        return references(self.impl)[1](q_pts, s_pts, neighbors, x, kp, depthwise, gen_weights, **self.geometry())
 
     def _depthwise_weights(self):
         bound = 1.0 / math.sqrt(self.kernel_size)

@@ -9,7 +9,7 @@ from torch import nn
 
 from .kernel_points import make_kernel_points
 
-IMPLS = ('fused', 'naive')
+IMPLS = ('fused', 'naive', 'export')
 
 
 def ops():
@@ -18,11 +18,25 @@ def ops():
     return fsdlite_ops
 
 
-def references():
-    """The pure-torch references that ``impl='naive'`` runs: (kpconv, kp_aggregate)."""
+def references(impl='naive'):
+    """The pure-torch forms of (kpconv, kp_aggregate): the references (``impl='naive'``) or the ONNX-friendly
+    formulation of :mod:`.export_forms` (``impl='export'``)."""
+    if impl == 'export':
+        from .export_forms import kp_aggregate_export, kpconv_export
+        return kpconv_export, kp_aggregate_export
     from fsdlite.ops.kp_aggregate.reference import kp_aggregate_reference
     from fsdlite.ops.kpconv.reference import kpconv_reference
     return kpconv_reference, kp_aggregate_reference
+
+
+def gather_rows(x, index):
+    """Rows of ``x`` (N, C) at ``index`` (M, H) in [0, N] -> (M, H, C); the shadow index N gives a zero row.
+
+    ``index_select`` on the flattened index exports to one ONNX ``Gather`` (advanced indexing gives ``GatherND``,
+    several times slower in ONNX Runtime).
+    """
+    padded = torch.cat([x, x.new_zeros((1, x.shape[1]))], 0)
+    return padded.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], x.shape[1])
 
 
 def neighbor_max_pool(x, neighbors, chunk=65536):
@@ -38,14 +52,12 @@ def neighbor_max_pool(x, neighbors, chunk=65536):
     m, h = neighbors.shape
     if h == 0 or m == 0:
         return x.new_zeros((m, x.shape[1]))
-    padded = torch.cat([x, x.new_zeros((1, x.shape[1]))], 0)
-    return torch.cat([padded[neighbors[i:i + chunk]].amax(1) for i in range(0, m, chunk)], 0)
+    return torch.cat([gather_rows(x, neighbors[i:i + chunk]).amax(1) for i in range(0, m, chunk)], 0)
 
 
 def nearest_upsample(x, upsamples):
     """Copy features from the closest coarse point (column 0 of ``upsamples`` (M, H), shadow -> 0)."""
-    padded = torch.cat([x, x.new_zeros((1, x.shape[1]))], 0)
-    return padded[upsamples[:, 0]]
+    return gather_rows(x, upsamples[:, :1])[:, 0]
 
 
 def center_features(q_pts, s_pts, neighbors, x):
@@ -85,7 +97,8 @@ class KernelPointLayer(nn.Module):
         fixed (str): 'center' pins kernel point 0 at the origin.
         rotation (str): random rotation of the kernel points: 'z', 'all' or 'none'.
         ratio (float): mean radius ratio of the repulsion dispositions.
-        impl (str): 'fused' (fsdlite.ops) or 'naive' (einsum reference, autograd through it).
+        impl (str): 'fused' (fsdlite.ops), 'naive' (einsum reference, autograd through it) or 'export' (the
+            same math in ONNX-friendly form, :mod:`.export_forms`; what deploy exports).
     The kernel points are a persistent buffer (saved in the state dict, not trained).
     """
 

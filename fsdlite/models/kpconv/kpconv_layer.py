@@ -70,7 +70,7 @@ class KPConv(KernelPointLayer):
         if self.impl == 'fused':
             y = ops().kpconv(q_pts, s_pts, neighbors, x, kp, weights, modulations, **self.geometry())
         else:
-            y = references()[0](q_pts, s_pts, neighbors, x, kp, weights, modulations, **self.geometry())
+            y = references(self.impl)[0](q_pts, s_pts, neighbors, x, kp, weights, modulations, **self.geometry())
         return y + self.bias.to(y.dtype) if self.bias is not None else y
 
     def deform_regularizers(self, q_pts, s_pts, neighbors, kp, chunk=8192):

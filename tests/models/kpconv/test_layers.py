@@ -1,5 +1,6 @@
 """KPConv / KPConvD / KPConvX / KPInv layers: impl='naive' (einsum reference) and impl='fused' agree
-in outputs and in every gradient; float64 gradcheck; deformable regularisers; bad arguments."""
+in outputs and in every gradient; impl='export' (the ONNX formulation) gives the reference's outputs; float64
+gradcheck; deformable regularisers; bad arguments."""
 import pytest
 import torch
 
@@ -63,6 +64,43 @@ def test_naive_and_fused_agree(name, strided, cloud, neighbor_search):
     assert gp.keys() == gp_ref.keys() and gp
     for key in gp:
         torch.testing.assert_close(gp[key], gp_ref[key], atol=1e-9, rtol=1e-7, msg=lambda m: f'{key}: {m}')
+
+
+@pytest.mark.parametrize('name', sorted(LAYERS))
+@pytest.mark.parametrize('strided', [False, True])
+def test_export_form_matches_reference(name, strided, cloud, neighbor_search):
+    """The export formulation (Gather, GEMM distances, MatMul contractions) computes the reference's outputs."""
+    points, x = cloud['points'], torch.randn(len(cloud['points']), C, dtype=torch.float64)
+    q_pts = points[::3].clone() if strided else points
+    neighbors = neighbor_search(q_pts, points, cloud['radius'], 12) if strided else cloud['neighbors']
+    naive, export = build(name, 'naive').eval(), build(name, 'export').eval()
+    export.load_state_dict(naive.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(export(q_pts, points, neighbors, x), naive(q_pts, points, neighbors, x),
+                                   atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize('place,atol', [('random', 1e-5), ('near', 1e-5), ('on', 1e-3)])
+def test_export_form_float32_accuracy(place, atol):
+    """float32 export form vs the float64 reference, shadow slots included.  The GEMM distance
+    ``|d|^2 - 2 d.kp + |kp|^2`` cancels where a support sits on a kernel point: there the linear influence
+    1 - sqrt(d^2) / sigma is off by up to ~sqrt(float32 eps) ~ 3e-4 (the documented worst case; 1e-2 sigma away
+    from a kernel point it is back at rounding level)."""
+    torch.manual_seed(0)
+    layer = KPConv(C, 6, kernel_size=7, radius=0.35, impl='naive').double().eval()
+    q_pts = torch.rand(20, 3, dtype=torch.float64) * 4
+    offsets = (torch.rand(7, 3, dtype=torch.float64) - 0.5) * 0.6 if place == 'random' else layer.kernel_points
+    on_kernel = (q_pts[:, None] + offsets[None]).reshape(-1, 3) + (1e-2 * 0.35 if place == 'near' else 0)
+    s_pts = torch.cat([q_pts, on_kernel])
+    n = s_pts.shape[0]
+    neighbors = torch.cdist(q_pts, s_pts).argsort(1)[:, :12]
+    neighbors[:, -3:] = n  # shadows
+    x = torch.randn(n, C, dtype=torch.float64)
+    with torch.no_grad():
+        ref = layer(q_pts, s_pts, neighbors, x)
+        layer.float().impl = 'export'
+        out = layer(q_pts.float(), s_pts.float(), neighbors, x.float())
+    torch.testing.assert_close(out.double(), ref, atol=atol, rtol=0)
 
 
 @pytest.mark.parametrize('name', ['kpconv_deformable_modulated', 'kpconvx_groupnorm_sum', 'kpinv_sigmoid'])
