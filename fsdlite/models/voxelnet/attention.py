@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...structures.bounds import is_exporting
 from ..layers.mlp import build_mlp
 from .impl import check_impl
 
@@ -55,6 +56,11 @@ class GraphSelfAttention(nn.Module):
         return out.squeeze(1)[..., :c]
 
     def forward(self, x, impl='efficient'):
-        """Args: x (B, N, C); impl 'dense' | 'efficient'.  Returns (B, N, C)."""
-        attend = self.attend_dense if check_impl('GraphSelfAttention', impl) == 'dense' else self.attend_efficient
+        """Args: x (B, N, C); impl 'dense' | 'efficient'.  Returns (B, N, C).
+
+        While exporting the dense form is used: the same product without the zero padding of q and k to C
+        channels (which only serves the memory-lean SDPA kernels), i.e. smaller MatMuls and no Pad nodes.
+        """
+        dense = check_impl('GraphSelfAttention', impl) == 'dense' or is_exporting()
+        attend = self.attend_dense if dense else self.attend_efficient
         return x + self.proj(attend(x))

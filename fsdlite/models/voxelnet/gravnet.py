@@ -61,14 +61,22 @@ class GravNetLayer(nn.Module):
         return with_means, slr[..., :self.latent_dims], slr[..., self.latent_dims:]
 
     def forward_dense(self, x):
-        """Reference: (B, N, N, latent) differences, top-k of the (B, N, N) distances, (B, N, k, msg) gather."""
+        """Reference: (B, latent, N, N) differences, top-k of the (B, N, N) distances, (B, N, k, msg) gather.
+
+        Also the exported form (``fsdlite.ops.knn`` has no ONNX form), hence coordinate-major differences (no
+        broadcast over a trailing dimension of size ``latent``), an unsorted TopK (mean and max do not depend on
+        the neighbour order) and a row ``index_select`` (ONNX Gather, not GatherND).
+        """
         with_means, s, msg = self._embed(x)
         b, n, _ = x.shape
-        sqdist = (s.unsqueeze(2) - s.unsqueeze(1)).square().sum(-1)           # (B, N, N)
-        knn_sqdist, index = sqdist.topk(self.k, dim=2, largest=False)          # ascending
+        st = s.transpose(1, 2)                                                   # (B, latent, N)
+        diff = st.unsqueeze(3) - st.unsqueeze(2)                                 # (B, latent, N, N)
+        sqdist = (diff * diff).sum(1)                                            # (B, N, N)
+        knn_sqdist, index = sqdist.topk(self.k, dim=2, largest=False, sorted=False)
         weights = torch.exp(-self.distance_scale * knn_sqdist)
-        graphs = torch.arange(b, device=x.device).view(b, 1, 1)
-        weighted = msg[graphs, index] * weights.unsqueeze(-1)                  # (B, N, k, msg)
+        rows = (index + (torch.arange(b, device=x.device) * n).view(b, 1, 1)).reshape(-1)
+        gathered = msg.reshape(b * n, self.message_dims).index_select(0, rows).view(b, n, self.k, self.message_dims)
+        weighted = gathered * weights.unsqueeze(-1)                              # (B, N, k, msg)
         aggregated = torch.cat([weighted.mean(2), weighted.max(2).values], 2)
         return self.output(torch.cat([with_means, aggregated], 2))
 
