@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 from op_cases.rulebook import voxel_set  # noqa: E402
+from fsdlite.deploy.translations import custom_translations  # noqa: E402
 
 VARIANTS = ('spconv', 'rulebook op', 'torch matmul', 'torch loop', 'ort matmul', 'ort loop')
 GEOMETRY = {'subm': dict(kernel_size=3, subm=True), 'conv': dict(kernel_size=3, stride=2, padding=1)}
@@ -55,7 +56,7 @@ def _onnx_session(layer, feats, nbr, mode, threads):
     path = Path(tempfile.mkdtemp(prefix='fsdlite-bench-')) / f'conv_{mode}.onnx'
     with torch.no_grad():
         torch.onnx.export(Conv().eval(), (feats, nbr), str(path), dynamo=True, opset_version=18, external_data=False,
-                          verbose=False)
+                          custom_translation_table=custom_translations(), verbose=False)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1

@@ -8,4 +8,4 @@ _base_ = ['./fsdv2lite_kitti.py']
 model = dict(
     static=True,
     bounds=dict(max_points=32768, max_voxels=[9000, 8000, 3500], max_fg_points=[4096, 1024, 1024], max_boxes=5000,
-                max_virtual_voxels=[5000, 4000, 1600]))
+                max_virtual_voxels=[5000, 4000, 1600], max_pairs=[70000, 32000, 100000, 24000, 48000]))

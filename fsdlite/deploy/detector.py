@@ -116,9 +116,15 @@ class DetectorAdapter(DeployAdapter):
         return self._num_maps
 
     def input_meanings(self):
-        maps = {f'nbr_{i:02d}': f'(V_s, K) int64 neighbour map of sparse conv #{i} of the first-stage UNet '
-                                '(execution order): input row per output voxel and kernel offset, V_in = dump'
-                for i in range(self._count_maps())}
+        if self.model.uses_pair_lists():
+            meaning = ('(3, P) int64 pair list of sparse conv #{i} of the first-stage UNet (execution order): input '
+                       'row (V_in = dump), output row (V_out = dump) and kernel offset of each pair, grouped by '
+                       'offset into tiles of {tile} rows (fsdlite.models.layers.pair_conv)')
+        else:
+            meaning = ('(V_s, K) int64 neighbour map of sparse conv #{i} of the first-stage UNet (execution order): '
+                       'input row per output voxel and kernel offset, V_in = dump')
+        from fsdlite.models.layers.pair_conv import PAIR_TILE
+        maps = {f'nbr_{i:02d}': meaning.format(i=i, tile=PAIR_TILE) for i in range(self._count_maps())}
         return dict(FIXED_INPUTS, **maps)
 
     def output_meanings(self):
@@ -139,7 +145,9 @@ class DetectorAdapter(DeployAdapter):
                      'pad points to max_points and voxels to max_voxels[0] (dump slots; overflow truncated and '
                      'counted)',
                      'first-stage SparseUNet rulebooks as padded neighbour maps (fsdlite.ops.rulebook_subm / '
-                     'rulebook_conv / rulebook_inverse); a level above max_voxels[s] raises'],
+                     'rulebook_conv / rulebook_inverse); a level above max_voxels[s] raises'] +
+                    (['the neighbour maps as pair lists of their real pairs (max_pairs; pairs that do not fit are '
+                      'dropped and counted)'] if self.model.uses_pair_lists() else []),
             post_ops=['rotated BEV NMS per sample and class (fsdlite.ops.batched_nms_bev, test_cfg of bbox_head)'])
 
     # ------------------------------------------------------------------ running
@@ -153,8 +161,7 @@ class DetectorAdapter(DeployAdapter):
         self._num_maps = len(si.nbrs)
         names = list(FIXED_INPUTS) + [f'nbr_{i:02d}' for i in range(len(si.nbrs))]
         tensors = list(si[:6]) + list(si.nbrs)
-        levels = len(si.dropped) - 1
-        dropped = dict(zip(['max_points'] + [f'max_voxels[{s}]' for s in range(levels)], si.dropped.tolist()))
+        dropped = dict(zip(self.model.pre_ops_bound_names(), si.dropped.tolist()))
         return PreOpsResult(dict(zip(names, tensors)), dict(num_points=int(si.num_points)), dropped)
 
     def post_ops(self, outputs, pre):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from .translations import custom_translations
+
 DEFAULT_OPSET = 18
 
 
@@ -43,7 +45,7 @@ def export_graph(module, args, path, input_names, output_names, opset=DEFAULT_OP
             warnings.simplefilter('ignore')
         torch.onnx.export(module, tuple(args), str(path), dynamo=True, opset_version=int(opset),
                           external_data=False, input_names=list(input_names), output_names=list(output_names),
-                          optimize=True, verbose=verbose)
+                          optimize=True, verbose=verbose, custom_translation_table=custom_translations())
     return time.perf_counter() - start
 
 

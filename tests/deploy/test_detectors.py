@@ -34,6 +34,8 @@ def test_fsd_export_writes_a_deployable_folder(fsd_export):
     assert names[:6] == ['points', 'batch', 'num_points', 'point2voxel', 'voxel_coors', 'num_voxels']
     assert any(n.startswith('nbr_') for n in names) and all(e['in_graph'] for e in info['inputs'])
     assert info['inputs'][0]['shape'] == [info['bounds']['max_points'], 4]
+    pair_inputs = [e for e in info['inputs'] if e['name'].startswith('nbr_')]  # the UNet runs on pair lists
+    assert len(info['bounds']['max_pairs']) == 5 and all(e['shape'][0] == 3 for e in pair_inputs)
     assert info['dropped_names'][-1] == 'max_boxes'
     assert any('NMS' in t for t in info['outside_graph']['post_ops'])
     report = (fsd_export.out_dir / 'report.md').read_text()
@@ -84,6 +86,21 @@ def test_fsdv2_overflow_is_reported_in_the_dropped_output(tiny, kitti_frame, tmp
     assert all(v == 0 for k, v in out.dropped.items() if k != 'max_boxes'), out.dropped
     torch_out = measured.__class__(deployed.adapter.model, bounds).run_torch_graph(out.pre.inputs)
     assert torch.equal(torch_out['dropped'], out.outputs['dropped'])
+
+
+def test_pair_list_overflow_is_counted_by_the_pre_ops(tiny, kitti_frame):
+    """max_pairs[2] (level-1 submanifold map) below the frame's pairs: the pre-ops keep what fits, count the rest
+    under its name, and the graph still runs."""
+    _, measured, _, _ = prepare(tiny.configs['fsd'], 'random', cfg_options=tiny.options['fsd'], frames=[kitti_frame])
+    needed = measured.bounds['max_pairs'][2]
+    bounds = dict(measured.bounds, max_pairs=[*measured.bounds['max_pairs'][:2], 100,
+                                              *measured.bounds['max_pairs'][3:]])
+    _, adapter, _, _ = prepare(tiny.configs['fsd'], 'random', cfg_options=tiny.options['fsd'], frames=[kitti_frame],
+                               bounds=bounds)
+    pre = adapter.pre_ops(kitti_frame.data)
+    assert 0 < pre.dropped['max_pairs[2]'] < needed
+    assert all(v == 0 for k, v in pre.dropped.items() if k != 'max_pairs[2]'), pre.dropped
+    assert int(adapter.run_torch_graph(pre.inputs)['num_fg_points']) > 0
 
 
 def test_detector_bad_inputs(fsd_export, kitti_frame):

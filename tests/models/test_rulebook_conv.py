@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from fsdlite.models.layers.rulebook_conv import (RulebookSparseConv3d, build_rulebook, conv_geometry, rulebook_conv,
                                                  rulebook_conv_forward)
 from fsdlite.ops import voxelize
+from fsdlite.deploy.translations import custom_translations
 from fsdlite.structures.bounds import BoundExceededError
 from fsdlite.utils import compat
 
@@ -283,7 +284,8 @@ def test_onnx_export_with_rulebook_inputs(tmp_path):
     nbr_s = build_rulebook(model.subm, pc, n, SHAPE, cache).nbr
     nbr_d = build_rulebook(model.down, pc, n, SHAPE, cache, max_out=n).nbr
     path = tmp_path / 'conv.onnx'
-    torch.onnx.export(model, (pf, nbr_s, nbr_d), str(path), dynamo=True, opset_version=18, external_data=False)
+    torch.onnx.export(model, (pf, nbr_s, nbr_d), str(path), dynamo=True, opset_version=18, external_data=False,
+                      custom_translation_table=custom_translations())
     graph = onnx.load(str(path))
     ops = {(n.domain, n.op_type) for n in graph.graph.node}
     assert {d for d, _ in ops} <= {'', 'ai.onnx'} and {'MatMul', 'Gemm'} & {t for _, t in ops}, ops

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from fsdlite.models.layers.static_ops import (gather_rows, masked_topk, static_segment_reduce, static_unique,
                                               static_voxelize)
+from fsdlite.deploy.translations import custom_translations
 from fsdlite.ops import segment_reduce, voxelize
 from fsdlite.structures.bounds import BoundExceededError
 
@@ -205,7 +206,8 @@ def test_onnx_round_trip(shared_data, tmp_path):
     num_valid = torch.tensor(pts.shape[0])
     model = StaticPipeline(4000, 64).eval()
     path = tmp_path / 'static.onnx'
-    torch.onnx.export(model, (padded, num_valid), str(path), dynamo=True, opset_version=18, external_data=False)
+    torch.onnx.export(model, (padded, num_valid), str(path), dynamo=True, opset_version=18, external_data=False,
+                      custom_translation_table=custom_translations())
     graph = onnx.load(str(path))
     onnx.checker.check_model(graph)
     ops = {(n.domain, n.op_type) for n in graph.graph.node}

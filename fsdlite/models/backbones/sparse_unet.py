@@ -164,24 +164,103 @@ class SparseUNet(nn.Module):
             nbrs.append(rb.nbr)
         return nbrs, [lv[1] for lv in levels], dropped
 
-    def forward_rulebook(self, voxel_feats, nbrs):
+    def pair_slots(self):
+        """Entries of the ``max_pairs`` bound (2S - 1 for S levels): slot ``2s`` bounds the pairs of the
+        submanifold rulebook of level ``s``, slot ``2s - 1`` those of the strided conv into level ``s`` (its
+        inverse conv has the same pairs, transposed)."""
+        return 2 * len(self.encoder) - 1
+
+    def rulebook_layout(self, max_voxels):
+        """``(kind, pairs slot, input rows, output rows)`` of every conv in execution order (kind 'subm', 'conv' or
+        'inverse'; slots of :meth:`pair_slots`)."""
+        from ..layers.rulebook_conv import conv_geometry
+        layout = []
+        for block, s in self._blocks():
+            kind = conv_geometry(block[0]).kind
+            if kind == 'subm':
+                layout.append((kind, 2 * s, max_voxels[s], max_voxels[s]))
+            elif kind == 'conv':
+                layout.append((kind, 2 * s - 1, max_voxels[s - 1], max_voxels[s]))
+            else:
+                layout.append((kind, 2 * s - 1, max_voxels[s], max_voxels[s - 1]))
+        return layout
+
+    def count_pairs(self, nbrs, max_voxels):
+        """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of the maps of :meth:`build_rulebooks`."""
+        counts = torch.zeros(self.pair_slots(), dtype=torch.long)
+        for nbr, (_, slot, num_in, _) in zip(nbrs, self.rulebook_layout(max_voxels)):
+            counts[slot] = torch.maximum(counts[slot], (nbr < num_in).sum().cpu())
+        return counts
+
+    def build_pair_lists(self, nbrs, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
+        """Pair lists (:mod:`~fsdlite.models.layers.pair_conv`) of the maps of :meth:`build_rulebooks`.
+
+        Args:
+            nbrs (Sequence[Tensor]): the neighbour maps (execution order; shared maps are converted once).
+            max_voxels (Sequence[int]): the level bounds the maps were built with.
+            max_pairs (Sequence[int]): pair bound per :meth:`pair_slots` entry.
+            strict (bool, optional): raise when a map has more pairs than its bound (default: eager mode);
+                otherwise the pairs that do not fit are dropped and counted.
+            bound_name (str): name of the bound in errors and counts.
+        Returns:
+            tuple: list of (3, P_slot) int64 pair lists in execution order, and (2S - 1,) int64 pairs dropped per
+            slot.
+        """
+        from ..layers.pair_conv import pairs_from_nbr
+        if len(max_pairs) != self.pair_slots():
+            raise ValueError(f'{bound_name} needs {self.pair_slots()} entries (submanifold map of each level and '
+                             f'strided map into each deeper level), got {list(max_pairs)}')
+        layout = self.rulebook_layout(max_voxels)
+        if len(nbrs) != len(layout):
+            raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
+        built, strided, lists = {}, {}, []
+        dropped = torch.zeros(self.pair_slots(), dtype=torch.long)
+        for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
+            if nbr.shape[0] != num_out:
+                raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
+            if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
+                lists.append(strided[slot][[1, 0, 2]])
+                continue
+            if id(nbr) not in built:
+                built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
+                                                bound_name=f'{bound_name}[{slot}]')
+            pl = built[id(nbr)]
+            dropped[slot] = torch.maximum(dropped[slot], pl.dropped.cpu())
+            if kind == 'conv':
+                strided[slot] = pl.pairs
+            lists.append(pl.pairs)
+        return lists, dropped
+
+    def forward_rulebook(self, voxel_feats, nbrs, max_voxels=None):
         """Fixed-shape forward: every conv as a gather-GEMM over its neighbour map, spconv's weights unchanged.
 
         Args:
             voxel_feats (Tensor): (V0, in_channels) padded voxel features.
-            nbrs (Sequence[Tensor]): the maps of :meth:`build_rulebooks`.
+            nbrs (Sequence[Tensor]): the maps of :meth:`build_rulebooks`, or (with ``max_voxels``) the pair
+                lists of :meth:`build_pair_lists`.
+            max_voxels (Sequence[int], optional): the level bounds; given, ``nbrs`` are pair lists
+                (gather-GEMM-scatter over the real pairs only).
         Returns:
             Tensor: (V0, out_channels), row-aligned with the input (padding rows hold unspecified values).
         """
+        from ..layers.pair_conv import pair_conv_forward
         from ..layers.rulebook_conv import rulebook_conv_forward
         expected = sum(1 for _ in self._blocks())
         if len(nbrs) != expected:
             raise ValueError(f'forward_rulebook: expected {expected} neighbour maps (one per conv), got {len(nbrs)}')
         maps = iter(nbrs)
+        rows = iter([None] * expected if max_voxels is None else
+                    [out for *_, out in self.rulebook_layout(max_voxels)])
+
+        def conv(module, x):
+            num_out = next(rows)
+            if num_out is None:
+                return rulebook_conv_forward(module, x, next(maps))
+            return pair_conv_forward(module, x, next(maps), num_out)
 
         def run(block, x):
             for k, module in enumerate(block):
-                x = rulebook_conv_forward(module, x, next(maps)) if k == 0 else module(x)
+                x = conv(module, x) if k == 0 else module(x)
             return x
 
         x = run(self.conv_input, voxel_feats)
@@ -196,6 +275,3 @@ class SparseUNet(nn.Module):
             merged = run(merge, cat)
             x = run(upsample, merged + _sum_channel_groups(cat, merged.shape[1]))
         return x
-
-
-__all__ = ['SparseUNet']

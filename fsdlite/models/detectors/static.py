@@ -38,8 +38,9 @@ class StaticInputs(NamedTuple):
     point2voxel: torch.Tensor  #: (N,) int64 voxel row, V0 (dump) for padding
     voxel_coors: torch.Tensor  #: (V0, 4) int64 [b, z, y, x], padding rows 0
     num_voxels: torch.Tensor   #: () int64 valid voxels
-    nbrs: tuple                #: first-stage UNet neighbour maps (V_s, K) in execution order
-    dropped: torch.Tensor      #: (1 + L,) int64 points and voxels per level beyond the bounds (strict=False)
+    nbrs: tuple                #: first-stage UNet neighbour maps (V_s, K) in execution order, or their (3, P)
+    #:                            pair lists when the bounds define ``max_pairs`` (layers.pair_conv)
+    dropped: torch.Tensor      #: int64 items beyond the bounds (strict=False), :meth:`pre_ops_bound_names` order
 
 
 class PaddedInstances(NamedTuple):
@@ -82,14 +83,31 @@ class StaticDetectorMixin:
         """The detector's own bounds (see :meth:`bound_spec`)."""
         return {}
 
+    def optional_bound_spec(self):
+        """Bounds that may be given (same format as :meth:`bound_spec`): ``max_pairs`` (one entry per
+        ``SparseUNet.pair_slots``) turns the first-stage neighbour maps into pair lists (``layers.pair_conv``:
+        only real pairs are gathered and multiplied; without it the dense (V_s, K) maps are used)."""
+        return dict(max_pairs=self.backbone.pair_slots())
+
+    def uses_pair_lists(self):
+        """True when the bounds define ``max_pairs`` (the first-stage UNet runs on pair lists)."""
+        return self.bounds is not None and 'max_pairs' in self.bounds
+
+    def pre_ops_bound_names(self):
+        """Names of the entries of :attr:`StaticInputs.dropped`, in order."""
+        names = ['max_points'] + [f'max_voxels[{s}]' for s in range(len(self.backbone.encoder))]
+        if self.uses_pair_lists():
+            names += [f'max_pairs[{i}]' for i in range(self.backbone.pair_slots())]
+        return names
+
     def _normalize_bounds(self, cfg):
-        bounds, spec = Bounds.from_cfg(cfg), self.bound_spec()
-        missing, unknown = sorted(set(spec) - set(bounds)), sorted(set(bounds) - set(spec))
+        bounds, spec, optional = Bounds.from_cfg(cfg), self.bound_spec(), self.optional_bound_spec()
+        missing, unknown = sorted(set(spec) - set(bounds)), sorted(set(bounds) - set(spec) - set(optional))
         if missing or unknown:
-            raise ValueError(f'{type(self).__name__}: bounds must define exactly {sorted(spec)}; missing {missing}, '
-                             f'unknown {unknown}')
+            raise ValueError(f'{type(self).__name__}: bounds must define exactly {sorted(spec)} (optional: '
+                             f'{sorted(optional)}); missing {missing}, unknown {unknown}')
         values = {}
-        for name, entries in spec.items():
+        for name, entries in dict(spec, **{k: v for k, v in optional.items() if k in bounds}).items():
             value = bounds[name]
             if entries is None and isinstance(value, tuple):
                 raise ValueError(f'bounds.{name} must be one int, got {list(value)}')
@@ -141,7 +159,12 @@ class StaticDetectorMixin:
             p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
             p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
             nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels)
-        dropped = torch.stack([drop_p, drop_v.to(drop_p)] + [d.to(drop_p) for d in dropped[1:]])
+            dropped = [drop_p, drop_v.to(drop_p)] + [d.to(drop_p) for d in dropped[1:]]
+            if self.uses_pair_lists():
+                nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
+                                                                  strict=strict)
+                dropped += list(drop_pairs.to(drop_p))
+        dropped = torch.stack(dropped)
         return StaticInputs(points.data, batch.data, points.num_valid, p2v, coors.data, coors.num_valid,
                             tuple(nbrs), dropped)
 
@@ -151,7 +174,8 @@ class StaticDetectorMixin:
         with stage('vfe'):
             voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
         with stage('backbone'):
-            voxel_feats = self.backbone.forward_rulebook(voxel_feats, nbrs)
+            voxel_feats = self.backbone.forward_rulebook(
+                voxel_feats, nbrs, self.bounds['max_voxels'] if self.uses_pair_lists() else None)
         with stage('neck_head'):
             return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
 
@@ -225,7 +249,7 @@ class StaticDetectorMixin:
         Returns:
             dict: name -> int or list of ints (the names of :meth:`bound_spec`).
         """
-        c, spec = self.num_classes, self.bound_spec()
+        c, spec = self.num_classes, dict(self.bound_spec(), **self.optional_bound_spec())
         needed = {k: ([0] * n if n else 0) for k, n in spec.items()}
         needed['max_points'] = int(inputs['points'].shape[0])
         counts, hooks = {}, []
@@ -244,6 +268,10 @@ class StaticDetectorMixin:
                 needed['max_boxes'] = int((scores > self.bbox_head.test_cfg['score_thr']).sum())
                 needed.update(self.measure_instance_bounds(inputs, fg, inst))
                 needed.update(counts)
+                levels = [max(v, 1) for v in needed['max_voxels']]
+                nbrs, _, _ = self.backbone.build_rulebooks(inputs['voxel_coors'], inputs['voxel_coors'].shape[0],
+                                                           levels)
+                needed['max_pairs'] = self.backbone.count_pairs(nbrs, levels).tolist()
         finally:
             for h in hooks:
                 h.remove()

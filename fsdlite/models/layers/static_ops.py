@@ -15,6 +15,7 @@ Padding follows :mod:`fsdlite.structures.padded`: indices of padded/dropped rows
 ``BoundExceededError`` in eager mode; while exporting the result is truncated and the dropped count returned.
 Eager-mode argument checks (index ranges, key ranges) are skipped while exporting.
 """
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -24,10 +25,7 @@ from fsdlite.structures.padded import valid_mask, with_dump_row
 
 REDUCTIONS = ('sum', 'mean', 'max', 'min')
 _INT64_MAX = torch.iinfo(torch.int64).max
-
-
-def _expand_index(index, like):
-    return index.view(-1, *([1] * (like.dim() - 1))).expand_as(like)
+warnings.filterwarnings('ignore', message=r'index_reduce\(\) is in beta')  # stable since torch 2.0 in practice
 
 
 def _extreme(dtype, reduce):
@@ -69,13 +67,14 @@ def static_segment_reduce(src, index, num_segments, reduce='sum', valid=None):
     if valid is not None:
         index = torch.where(valid, index, torch.full_like(index, m))
     shape = (m + 1,) + tuple(src.shape[1:])
-    idx = _expand_index(index, src)
+    # Row-wise index_add / index_reduce: ONNX ScatterND with one index per row (ORT copies whole rows; the
+    # element-wise ScatterElements of scatter_add/scatter_reduce with an expanded index is ~40x slower).
     if reduce in ('sum', 'mean'):
-        out = torch.zeros(shape, dtype=src.dtype, device=src.device).scatter_add(0, idx, src)
+        out = torch.zeros(shape, dtype=src.dtype, device=src.device).index_add(0, index, src)
     else:
         fill = _extreme(src.dtype, reduce)
-        out = torch.full(shape, fill, dtype=src.dtype, device=src.device).scatter_reduce(
-            0, idx, src, 'amax' if reduce == 'max' else 'amin', include_self=True)
+        out = torch.full(shape, fill, dtype=src.dtype, device=src.device).index_reduce(
+            0, index, src, 'amax' if reduce == 'max' else 'amin', include_self=True)
     count = torch.zeros(m + 1, dtype=torch.long, device=src.device).scatter_add(0, index, torch.ones_like(index))
     count = count.view(-1, *([1] * (src.dim() - 1)))
     if reduce == 'mean':

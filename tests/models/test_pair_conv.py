@@ -1,0 +1,166 @@
+"""Pair-list sparse convolution (fsdlite.models.layers.pair_conv): equality with the dense neighbour-map conv
+(itself tested against spconv and F.conv3d), pair-list properties, bounds (raise / truncate and count),
+gradients, bad inputs, a SparseUNet run on pair lists, ONNX export to Gather / MatMul / ScatterND."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fsdlite.deploy.translations import custom_translations
+from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.layers.pair_conv import PAIR_TILE, pair_capacity, pair_conv, pairs_from_nbr
+from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook, rulebook_conv
+from fsdlite.structures.bounds import BoundExceededError
+
+
+def random_map(vout, vin, kv, fill, seed):
+    """(vout, kv) neighbour map with about ``fill`` real entries, dump = vin."""
+    g = torch.Generator().manual_seed(seed)
+    nbr = torch.randint(0, vin, (vout, kv), generator=g)
+    return torch.where(torch.rand(vout, kv, generator=g) < fill, nbr, torch.full_like(nbr, vin))
+
+
+def real_pairs(nbr, vin):
+    k, o = (nbr < vin).t().nonzero(as_tuple=True)
+    return {(int(i), int(j), int(kk)) for i, j, kk in zip(nbr[o, k], o, k)}
+
+
+@settings(max_examples=30, deadline=None)
+@given(vout=st.integers(1, 300), vin=st.integers(1, 300), kv=st.sampled_from([1, 8, 27]),
+       fill=st.floats(0.0, 1.0), tile=st.sampled_from([1, 4, 128]), seed=st.integers(0, 2 ** 16))
+def test_pair_list_holds_every_real_pair_once_grouped_by_offset(vout, vin, kv, fill, tile, seed):
+    nbr = random_map(vout, vin, kv, fill, seed)
+    needed = int((nbr < vin).sum())
+    pl = pairs_from_nbr(nbr, vin, max(needed, 1), tile=tile)
+    assert pl.pairs.shape == (3, pair_capacity(max(needed, 1), kv, tile)) and pl.pairs.shape[1] % tile == 0
+    assert int(pl.needed) == needed and int(pl.dropped) == 0
+    ins, outs, offs = pl.pairs
+    real = ins < vin
+    assert torch.equal(real, outs < vout)  # a slot is a real pair in both rows or the dump in both
+    got = [(int(i), int(o), int(k)) for i, o, k in zip(ins[real], outs[real], offs[real])]
+    assert len(got) == needed and set(got) == real_pairs(nbr, vin)
+    assert (offs.view(-1, tile) == offs.view(-1, tile)[:, :1]).all()  # one kernel offset per tile
+
+
+@pytest.mark.parametrize('one_by_one', [False, True])
+def test_matches_the_neighbour_map_conv_float64(one_by_one):
+    kv = 1 if one_by_one else 27
+    nbr = random_map(70, 90, kv, 0.3, seed=1)
+    g = torch.Generator().manual_seed(2)
+    feats = torch.randn(90, 5, generator=g, dtype=torch.float64)
+    weight = torch.randn(7, *((1, 1, 1) if one_by_one else (3, 3, 3)), 5, generator=g, dtype=torch.float64)
+    bias = torch.randn(7, generator=g, dtype=torch.float64)
+    pl = pairs_from_nbr(nbr, 90, int((nbr < 90).sum()) + 17)
+    got = pair_conv(feats, pl.pairs, weight, 70, bias, one_by_one=one_by_one)
+    torch.testing.assert_close(got, rulebook_conv(feats, nbr, weight, bias, one_by_one=one_by_one), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_strided_and_inverse_convs_on_real_rulebooks():
+    """A strided conv and its inverse (the strided pairs with input and output swapped) equal the map convs."""
+    g = torch.Generator().manual_seed(0)
+    coors = torch.nonzero(torch.rand(2, 6, 9, 8, generator=g) < 0.3)
+    n = coors.shape[0]
+    padded = torch.cat([coors, torch.zeros(5, 4, dtype=torch.long)])
+    feats = torch.randn(n + 5, 3, generator=g)
+    down = RulebookSparseConv3d(3, 4, 3, 2, 1, indice_key='d')
+    up = RulebookSparseConv3d(4, 3, 3, indice_key='d', inverse=True)
+    cache = {}
+    rb = build_rulebook(down, padded, n, (6, 9, 8), cache, max_out=2 * n)
+    inv = build_rulebook(up, rb.out_coors, rb.num_valid_out, rb.out_spatial_shape, cache)
+    pl = pairs_from_nbr(rb.nbr, n + 5, int((rb.nbr < n + 5).sum()))
+    mid = pair_conv(feats, pl.pairs, down.weight, 2 * n, down.bias)
+    torch.testing.assert_close(mid, down(feats, rb.nbr), rtol=1e-5, atol=1e-5)
+    back = pair_conv(mid, pl.pairs[[1, 0, 2]], up.weight, n + 5, up.bias)
+    torch.testing.assert_close(back, up(mid, inv.nbr), rtol=1e-5, atol=1e-5)
+
+
+def test_bound_raises_or_truncates_and_counts():
+    nbr = random_map(200, 150, 27, 0.2, seed=4)
+    needed = int((nbr < 150).sum())
+    with pytest.raises(BoundExceededError, match=rf'bound max_pairs\[3\] exceeded: needed {needed}, allowed 10'):
+        pairs_from_nbr(nbr, 150, 10, bound_name='max_pairs[3]')
+    pl = pairs_from_nbr(nbr, 150, 10, tile=4, strict=False)  # small tiles: little slack beyond the bound
+    kept = int((pl.pairs[0] < 150).sum())
+    assert pl.pairs.shape[1] == pair_capacity(10, 27, 4) == 92 and int(pl.dropped) == needed - kept > 0
+    assert {(int(i), int(o), int(k)) for i, o, k in pl.pairs.t() if i < 150} <= real_pairs(nbr, 150)
+
+
+def test_gradcheck_float64():
+    nbr = random_map(12, 10, 27, 0.4, seed=5)
+    pl = pairs_from_nbr(nbr, 10, 200, tile=8)
+    feats = torch.randn(10, 3, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(4, 3, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda f, w, b: pair_conv(f, pl.pairs, w, 12, b, tile=8), (feats, weight, bias))
+
+
+def test_invalid_arguments():
+    nbr = random_map(20, 15, 27, 0.3, seed=6)
+    pairs = pairs_from_nbr(nbr, 15, 300).pairs
+    weight = torch.randn(4, 3, 3, 3, 2)
+    with pytest.raises(ValueError, match=r'feats must have shape \(Vin, 2\)'):
+        pair_conv(torch.randn(15, 3), pairs, weight, 20)
+    with pytest.raises(ValueError, match='pairs must have shape'):
+        pair_conv(torch.randn(15, 2), pairs[:, :5], weight, 20)
+    with pytest.raises(ValueError, match='output rows outside'):
+        pair_conv(torch.randn(15, 2), pairs, weight, 10)
+    with pytest.raises(ValueError, match='input rows outside'):
+        pair_conv(torch.randn(9, 2), pairs, weight, 20)
+    with pytest.raises(ValueError, match='nbr holds rows outside'):
+        pairs_from_nbr(nbr, 10, 300)
+    with pytest.raises(ValueError, match='nbr must be a'):
+        pairs_from_nbr(nbr.float(), 15, 300)
+    with pytest.raises(ValueError, match='max_pairs and kernel_volume must be >= 1'):
+        pair_capacity(0, 27)
+
+
+def test_sparse_unet_runs_the_same_on_pair_lists():
+    unet = SparseUNet(5, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 12.0, 12.0, 8.0), base_channels=4,
+                      encoder_channels=((4,), (8, 8), (8,)), decoder_channels=((8, 8, 8), (8, 8, 4), (4, 4, 6))).eval()
+    g = torch.Generator().manual_seed(7)
+    keys = torch.randperm(2 * 8 * 12 * 12, generator=g)[:300]
+    b, rest = keys // (8 * 12 * 12), keys % (8 * 12 * 12)
+    coors = torch.stack([b, rest // 144, (rest // 12) % 12, rest % 12], 1)
+    levels = [320, 300, 200]
+    padded = torch.cat([coors, torch.zeros(20, 4, dtype=torch.long)])
+    feats = torch.randn(320, 5, generator=g)
+    with torch.no_grad():
+        nbrs, _, _ = unet.build_rulebooks(padded, 300, levels)
+        needed = unet.count_pairs(nbrs, levels)
+        lists, dropped = unet.build_pair_lists(nbrs, levels, needed.tolist())
+        assert len(lists) == len(nbrs) and int(dropped.sum()) == 0
+        dense = unet.forward_rulebook(feats, nbrs)
+        paired = unet.forward_rulebook(feats, lists, levels)
+        eager = unet(feats[:300], coors, 2)
+    torch.testing.assert_close(paired[:300], dense[:300], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(paired[:300], eager, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match='max_pairs needs 5 entries'):
+        unet.build_pair_lists(nbrs, levels, [100])
+
+
+def test_onnx_export_uses_gather_matmul_scatternd(tmp_path):
+    nbr = random_map(300, 250, 27, 0.15, seed=8)
+    pairs = pairs_from_nbr(nbr, 250, 1500).pairs
+    conv = RulebookSparseConv3d(8, 16, 3, subm=True)
+
+    class Conv(torch.nn.Module):
+        def forward(self, feats, pairs):
+            return pair_conv(feats, pairs, conv.weight, 300, conv.bias)
+
+    feats = torch.randn(250, 8)
+    path = tmp_path / 'pair_conv.onnx'
+    with torch.no_grad():
+        torch.onnx.export(Conv().eval(), (feats, pairs), str(path), dynamo=True, opset_version=18,
+                          external_data=False, custom_translation_table=custom_translations())
+        expected = Conv()(feats, pairs)
+    types = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {'Gather', 'MatMul', 'ScatterND'} <= types and 'ScatterElements' not in types, types
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    names = [i.name for i in session.get_inputs()]
+    got = session.run(None, dict(zip(names, [feats.numpy(), pairs.numpy()])))[0]
+    np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-4)
+    assert PAIR_TILE % 8 == 0
