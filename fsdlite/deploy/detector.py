@@ -145,7 +145,7 @@ class DetectorAdapter(DeployAdapter):
                      'pad points to max_points and voxels to max_voxels[0] (dump slots; overflow truncated and '
                      'counted)',
                      'first-stage SparseUNet rulebooks as padded neighbour maps (fsdlite.ops.rulebook_subm / '
-                     'rulebook_conv / rulebook_inverse); a level above max_voxels[s] raises'] +
+                     'rulebook_conv / rulebook_inverse); voxels above max_voxels[s] are dropped and counted'] +
                     (['the neighbour maps as pair lists of their real pairs (max_pairs; pairs that do not fit are '
                       'dropped and counted)'] if self.model.uses_pair_lists() else []),
             post_ops=['rotated BEV NMS per sample and class (fsdlite.ops.batched_nms_bev, test_cfg of bbox_head)'])

@@ -88,18 +88,20 @@ def test_fsdv2_overflow_is_reported_in_the_dropped_output(tiny, kitti_frame, tmp
     assert torch.equal(torch_out['dropped'], out.outputs['dropped'])
 
 
-def test_pair_list_overflow_is_counted_by_the_pre_ops(tiny, kitti_frame):
-    """max_pairs[2] (level-1 submanifold map) below the frame's pairs: the pre-ops keep what fits, count the rest
-    under its name, and the graph still runs."""
+@pytest.mark.parametrize('bound, index', [('max_pairs', 2), ('max_voxels', 1)])
+def test_pre_ops_overflow_is_counted_not_raised(tiny, kitti_frame, bound, index):
+    """A pre-ops bound (pairs of the level-1 submanifold map; voxels of UNet level 1) below the frame's needs: the
+    pre-ops keep what fits, count the rest under its name, and the graph still runs."""
     _, measured, _, _ = prepare(tiny.configs['fsd'], 'random', cfg_options=tiny.options['fsd'], frames=[kitti_frame])
-    needed = measured.bounds['max_pairs'][2]
-    bounds = dict(measured.bounds, max_pairs=[*measured.bounds['max_pairs'][:2], 100,
-                                              *measured.bounds['max_pairs'][3:]])
+    values = list(measured.bounds[bound])
+    values[index] = 100
+    bounds = dict(measured.bounds, **{bound: values})
     _, adapter, _, _ = prepare(tiny.configs['fsd'], 'random', cfg_options=tiny.options['fsd'], frames=[kitti_frame],
                                bounds=bounds)
     pre = adapter.pre_ops(kitti_frame.data)
-    assert 0 < pre.dropped['max_pairs[2]'] < needed
-    assert all(v == 0 for k, v in pre.dropped.items() if k != 'max_pairs[2]'), pre.dropped
+    name = f'{bound}[{index}]'
+    assert pre.dropped[name] > 0
+    assert all(v == 0 for k, v in pre.dropped.items() if k != name), pre.dropped
     assert int(adapter.run_torch_graph(pre.inputs)['num_fg_points']) > 0
 
 

@@ -128,7 +128,7 @@ class SparseUNet(nn.Module):
             yield merge, s
             yield upsample, s
 
-    def build_rulebooks(self, voxel_coors, num_voxels, max_voxels, ops=None, bound_name='max_voxels'):
+    def build_rulebooks(self, voxel_coors, num_voxels, max_voxels, ops=None, bound_name='max_voxels', strict=None):
         """Neighbour maps of every conv for padded input voxels (spconv's rulebooks as padded index tensors).
 
         Args:
@@ -139,12 +139,14 @@ class SparseUNet(nn.Module):
             ops: rulebook implementation (default ``fsdlite.ops``, eager; see
                 :func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`).
             bound_name (str): name of the level bounds in overflow errors (``'max_voxels[s]'``).
+            strict (bool, optional): raise when a level needs more voxels than its bound (default: eager mode);
+                False keeps the first ``max_voxels[s]`` and counts the rest (deploy pre-ops).
         Returns:
             tuple: list of (V_level, K) int64 neighbour maps in execution order (the input of
             :meth:`forward_rulebook`), list of () int64 voxel counts per level, and list of () int64 voxels
-            dropped per level (non-zero only while exporting).
+            dropped per level (non-zero only when not strict).
         Raises:
-            BoundExceededError: (eager) a level needs more voxels than ``max_voxels[s]``.
+            BoundExceededError: (strict) a level needs more voxels than ``max_voxels[s]``.
         """
         from ..layers.rulebook_conv import build_rulebook, conv_geometry
         if len(max_voxels) != len(self.encoder):
@@ -157,7 +159,7 @@ class SparseUNet(nn.Module):
             kind = conv_geometry(conv).kind
             level = s - 1 if kind == 'conv' else s
             rb = build_rulebook(conv, *levels[level], cache=cache, max_out=max_voxels[s], ops=ops,
-                                bound_name=f'{bound_name}[{s}]')
+                                bound_name=f'{bound_name}[{s}]', strict=strict)
             if kind == 'conv':
                 levels.append((rb.out_coors, rb.num_valid_out, rb.out_spatial_shape))
                 dropped.append(rb.num_dropped)

@@ -121,7 +121,7 @@ class FSDv2Lite(SparseDetectorBase):
         with stage('mixer_rulebooks'):
             nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
                                                           ops=GraphRulebookOps(batch_size),
-                                                          bound_name='max_virtual_voxels')
+                                                          bound_name='max_virtual_voxels', strict=strict)
         with stage('mixer'):
             mixed = self.mixer.forward_rulebook(voxel_feats, nbrs)
         with stage('virtual_voxels'):

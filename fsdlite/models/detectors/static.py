@@ -142,9 +142,8 @@ class StaticDetectorMixin:
         Args:
             inputs (dict): output of the data preprocessor (``points``, ``batch``, ``voxel_coors``,
                 ``point2voxel``); its voxelization is the voxel hashing of the pre-ops.
-            strict (bool, optional): raise when ``max_points`` / ``max_voxels[0]`` overflow (default True); False
-                truncates and counts them (deploy runtimes). The deeper levels always raise in eager mode (their
-                rulebook op truncates and counts only while exporting).
+            strict (bool, optional): raise when a bound of the pre-ops (``max_points``, ``max_voxels[s]``,
+                ``max_pairs``) overflows (default True); False truncates and counts (deploy runtimes).
         Returns:
             StaticInputs
         """
@@ -158,7 +157,7 @@ class StaticDetectorMixin:
             p2v = inputs['point2voxel'][:points.bound]
             p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
             p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
-            nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels)
+            nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict)
             dropped = [drop_p, drop_v.to(drop_p)] + [d.to(drop_p) for d in dropped[1:]]
             if self.uses_pair_lists():
                 nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],

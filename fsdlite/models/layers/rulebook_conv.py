@@ -164,7 +164,7 @@ def _same_voxels(entry, coors, num_valid, spatial_shape):
 
 
 def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=None, bound_name='max_voxels',
-                  ops=None):
+                  ops=None, strict=None):
     """Neighbour map and output voxels of a sparse conv layer on padded voxels.
 
     Reuse follows spconv's ``indice_key``: layers with the same key share the map (same geometry and, checked
@@ -186,10 +186,12 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
         ops (optional): object with ``rulebook_subm``, ``rulebook_conv`` and ``rulebook_inverse`` of the
             ``fsdlite.ops`` signatures (default: ``fsdlite.ops``, eager only); an export-safe implementation
             builds rulebooks inside a graph.
+        strict (bool, optional): raise when a strided conv has more than ``max_out`` outputs (default: eager
+            mode); False keeps the first ``max_out`` and counts the rest in ``Rulebook.num_dropped``.
     Returns:
         Rulebook
     Raises:
-        BoundExceededError: (eager) a strided conv has more than ``max_out`` output voxels.
+        BoundExceededError: (strict) a strided conv has more than ``max_out`` output voxels.
     """
     g = conv_geometry(module)
     key = g.indice_key
@@ -229,7 +231,7 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
         from fsdlite.ops import conv_output_shape
         res = build_conv(coors, num_valid, shape, g.kernel_size, g.stride, g.padding, g.dilation, max_out=max_out)
         needed = res.num_valid_out + res.num_dropped
-        dropped = check_bound(needed, max_out, bound_name)
+        dropped = check_bound(needed, max_out, bound_name, strict=strict)
         buffer = getattr(module, _MAX_VOXELS_BUFFER, None)
         if buffer is not None:
             buffer.copy_(torch.maximum(buffer, needed.to(buffer)))
