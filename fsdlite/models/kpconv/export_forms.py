@@ -14,7 +14,9 @@ dimensions):
   differences (the nearest kernel point is chosen on the same values as the reference);
 * the contractions are batched ``MatMul`` ((M, K, H) @ (M, H, C)) and one ``(M, K C) @ (K C, C2)`` GEMM
   instead of ``Einsum``; rigid linear KPConv folds ``1 - F`` into that GEMM (a ones column of F gives the
-  neighbourhood sums).
+  neighbourhood sums);
+* queries run in chunks of :data:`CHUNK_ELEMENTS` influence entries, so that each chunk's chain of whole-tensor
+  nodes stays in cache.
 
 Accuracy: float32 rounding level, except that the GEMM distance cancels for a support lying on a kernel point
 (d < ~1e-3 sigma, other than the exact zero of the centre kernel point and the query itself), where the linear
@@ -27,6 +29,21 @@ import torch
 import torch.nn.functional as F
 
 from .kp_base import gather_rows
+
+#: Elements of one (rows, H, K + 1) influence block: queries are processed in chunks of ~1 MiB of float32 blocks,
+#: so that each chunk's GEMM -> Clip -> Sqrt -> MatMul chain stays in a per-core L2 cache (ONNX Runtime runs every
+#: node over its whole tensor; unchunked, the level-0 blocks of a scene are ~13 MB and every pass goes to memory).
+CHUNK_ELEMENTS = 1 << 18
+
+
+def _over_chunks(fn, per_query, *tensors):
+    """``torch.cat([fn(*chunk) ...])`` over chunks of at most ``CHUNK_ELEMENTS // per_query`` queries, slicing the
+    per-query ``tensors`` (None stays None); one call when they all fit."""
+    m = tensors[0].shape[0]
+    rows = max(1, CHUNK_ELEMENTS // max(per_query, 1))
+    if m <= rows:
+        return fn(*tensors)
+    return torch.cat([fn(*(None if t is None else t[a:a + rows] for t in tensors)) for a in range(0, m, rows)])
 
 
 def _gaussian_scale(sigma):
@@ -52,22 +69,26 @@ def _exact_sq_distances(rel, kernel_points):
     return d2
 
 
-def _gemm_scaled(rel, kernel_points, scale, ones_column=False):
-    """(M, H, K) ``scale * |rel - kp|^2`` for shared kernel points (K, 3): one GEMM
-    ``[d, |d|^2, 1] @ (scale [-2 kp, 1, |kp|^2])^T`` (the right-hand side is a constant of the graph).
-    ``ones_column``: a (K + 1)-th output column of exact ones (``[0, 0, 0, 0, 1]`` on the right)."""
+def _distance_rhs(kernel_points, scale, ones_column=False):
+    """(K, 5) constant right-hand side ``scale [-2 kp, 1, |kp|^2]`` of the GEMM distance; ``ones_column`` appends
+    the row ``[0, 0, 0, 0, 1]`` (an output column of exact ones)."""
     kp = kernel_points
-    rhs = torch.cat([-2 * kp, kp.new_ones((kp.shape[0], 1)), (kp * kp).sum(1, keepdim=True)], 1) * scale  # (K, 5)
+    rhs = torch.cat([-2 * kp, kp.new_ones((kp.shape[0], 1)), (kp * kp).sum(1, keepdim=True)], 1) * scale
     if ones_column:
         rhs = torch.cat([rhs, torch.eye(5, dtype=kp.dtype, device=kp.device)[4:]], 0)
+    return rhs
+
+
+def _gemm_scaled(rel, rhs):
+    """(M, H, K) ``scale * |rel - kp_k|^2`` = ``[d, |d|^2, 1] @ rhs^T`` with ``rhs`` from :func:`_distance_rhs`."""
     lhs = torch.cat([rel, (rel * rel).sum(2, keepdim=True), torch.ones_like(rel[..., :1])], 2)          # (M, H, 5)
     return torch.matmul(lhs, rhs.t())
 
 
-def _linear_far(rel, kernel_points, sigma, ones_column=False):
+def _linear_far(rel, rhs):
     """(M, H, K) ``1 - w`` of the linear influence ``w = max(0, 1 - d / sigma)``: ``sqrt(clip(d^2 / sigma^2, 0, 1))``
-    (the clip also absorbs the GEMM's rounding below 0); ``ones_column`` appends a column of ones."""
-    return torch.sqrt(torch.clamp(_gemm_scaled(rel, kernel_points, 1.0 / sigma ** 2, ones_column), 0, 1))
+    (``rhs`` scaled by 1 / sigma^2; the clip also absorbs the GEMM's rounding below 0)."""
+    return torch.sqrt(torch.clamp(_gemm_scaled(rel, rhs), 0, 1))
 
 
 def relative_positions(q_pts, s_pts, neighbors):
@@ -89,8 +110,9 @@ def kp_influences(q_pts, s_pts, neighbors, kernel_points, sigma, influence='line
         return rel.new_ones(neighbors.shape + (kernel_points.shape[-2],)), None
     if aggregation == 'sum' and kernel_points.dim() == 2:
         if influence == 'linear':
-            return 1 - _linear_far(rel, kernel_points, sigma), None
-        return torch.exp(torch.clamp(_gemm_scaled(rel, kernel_points, _gaussian_scale(sigma)), max=0)), None
+            return 1 - _linear_far(rel, _distance_rhs(kernel_points, 1.0 / sigma ** 2)), None
+        scaled = _gemm_scaled(rel, _distance_rhs(kernel_points, _gaussian_scale(sigma)))
+        return torch.exp(torch.clamp(scaled, max=0)), None
     d2 = _exact_sq_distances(rel, kernel_points)
     if aggregation == 'sum':
         return _influence_of(d2, sigma, influence), None
@@ -105,47 +127,71 @@ def _correlate(w, nearest, gathered, k):
     return torch.matmul(w.transpose(1, 2), gathered)
 
 
+def _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma):
+    """Rigid linear KPConv: ``sum_k ((1 - F_k)^T g) W_k = sum_k (F_k^T g) (-W_k) + (1^T g) sum_k W_k`` with
+    ``F = sqrt(clip(d^2 / sigma^2, 0, 1))`` and a column of ones in F (the neighbourhood sums): one GEMM at the
+    end, no ``1 - F`` pass and no separate reduction."""
+    k, c1, c2 = weights.shape
+    distance_rhs = _distance_rhs(kernel_points, 1.0 / sigma ** 2, ones_column=True)           # (K + 1, 5)
+    weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).transpose(0, 1)       # (C1, K + 1, C2)
+    weights_rhs = weights_rhs.reshape(c1 * (k + 1), c2)
+
+    def block(q, nb):
+        far = _linear_far(relative_positions(q, s_pts, nb), distance_rhs)                     # (m, H, K + 1)
+        gathered = gather_rows(features, nb)                                                # (m, H, C1)
+        if c1 == 1:  # (m, K + 1, 1): the same flat order, and the faster orientation in ORT
+            acc = torch.matmul(far.transpose(1, 2), gathered)
+        else:
+            acc = torch.matmul(gathered.transpose(1, 2), far)                                 # (m, C1, K + 1)
+        return acc.reshape(acc.shape[0], c1 * (k + 1)) @ weights_rhs
+
+    return _over_chunks(block, neighbors.shape[1] * (k + 1), q_pts, neighbors)
+
+
 def kpconv_export(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations=None, sigma=1.0,
                   influence='linear', aggregation='sum'):
     """``y[q] = sum_k (m[q, k] sum_h w[q, h, k] x[nb[q, h]]) @ W[k]``: features (N, C1), weights (K, C1, C2),
     modulations (M, K) or None -> (M, C2)."""
     k, c1, c2 = weights.shape
     if (influence, aggregation, modulations) == ('linear', 'sum', None) and kernel_points.dim() == 2:
-        # sum_k ((1 - F_k)^T g) W_k = sum_k (F_k^T g) (-W_k) + (1^T g) sum_k W_k: F gets a column of ones (the
-        # neighbourhood sums), then one GEMM; no (1 - F) pass and no separate reduction
-        far = _linear_far(relative_positions(q_pts, s_pts, neighbors), kernel_points, sigma, ones_column=True)
-        gathered = gather_rows(features, neighbors)                                    # (M, H, C1)
-        if c1 == 1:  # (M, K + 1, 1), the same flat order; this orientation is the faster one in ORT here
-            acc = torch.matmul(far.transpose(1, 2), gathered)
-        else:
-            acc = torch.matmul(gathered.transpose(1, 2), far)                            # (M, C1, K + 1)
-        rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).transpose(0, 1)  # (C1, K + 1, C2)
-        return acc.reshape(acc.shape[0], c1 * (k + 1)) @ rhs.reshape(c1 * (k + 1), c2)
-    w, nearest = kp_influences(q_pts, s_pts, neighbors, kernel_points, sigma, influence, aggregation)
-    acc = _correlate(w, nearest, gather_rows(features, neighbors), k)                 # (M, K, C1)
-    if modulations is not None:
-        acc = acc * modulations[..., None]
-    return acc.reshape(acc.shape[0], k * c1) @ weights.reshape(k * c1, c2)
+        return _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma)
+
+    def block(q, nb, mod, kp):
+        kp = kernel_points if kp is None else kp
+        w, nearest = kp_influences(q, s_pts, nb, kp, sigma, influence, aggregation)
+        acc = _correlate(w, nearest, gather_rows(features, nb), k)                        # (m, K, C1)
+        if mod is not None:
+            acc = acc * mod[..., None]
+        return acc.reshape(acc.shape[0], k * c1) @ weights.reshape(k * c1, c2)
+
+    own_kp = kernel_points if kernel_points.dim() == 3 else None
+    return _over_chunks(block, neighbors.shape[1] * k, q_pts, neighbors, modulations, own_kp)
 
 
 def kp_aggregate_export(q_pts, s_pts, neighbors, features, kernel_points, depthwise=None, gen_weights=None,
                         sigma=1.0, influence='linear', aggregation='sum'):
     """``y[q, c] = sum_k D[k, c] A[q, k, c // G] sum_h infl[q, h, k] x[nb[q, h], c]``: depthwise (K, C) or None,
     gen_weights (M, K, W) or None -> (M, C)."""
-    m, c = neighbors.shape[0], features.shape[1]
-    k = kernel_points.shape[-2]
-    eff = features.new_ones((1, k, c))
-    if depthwise is not None:
-        eff = eff * depthwise[None]
-    if gen_weights is not None:
-        w_groups = gen_weights.shape[-1]
-        eff = eff * gen_weights[..., None].expand(m, k, w_groups, c // w_groups).reshape(m, k, c)
-    w, nearest = kp_influences(q_pts, s_pts, neighbors, kernel_points, sigma, influence, aggregation)
-    gathered = gather_rows(features, neighbors)                                        # (M, H, C)
-    if nearest is not None:  # each slot takes the weights of its closest kernel point
-        per_slot = eff.expand(m, k, c).gather(1, nearest[..., None].expand(-1, -1, c))  # (M, H, C)
-        return (w[..., None] * per_slot * gathered).sum(1)
-    return (_correlate(w, None, gathered, k) * eff).sum(1)
+    c, k = features.shape[1], kernel_points.shape[-2]
+
+    def block(q, nb, gen, kp):
+        m = nb.shape[0]
+        kp = kernel_points if kp is None else kp
+        eff = features.new_ones((1, k, c))
+        if depthwise is not None:
+            eff = eff * depthwise[None]
+        if gen is not None:
+            groups = gen.shape[-1]
+            eff = eff * gen[..., None].expand(m, k, groups, c // groups).reshape(m, k, c)
+        w, nearest = kp_influences(q, s_pts, nb, kp, sigma, influence, aggregation)
+        gathered = gather_rows(features, nb)                                                # (m, H, C)
+        if nearest is not None:  # each slot takes the weights of its closest kernel point
+            per_slot = eff.expand(m, k, c).gather(1, nearest[..., None].expand(-1, -1, c))  # (m, H, C)
+            return (w[..., None] * per_slot * gathered).sum(1)
+        return (_correlate(w, None, gathered, k) * eff).sum(1)
+
+    own_kp = kernel_points if kernel_points.dim() == 3 else None
+    return _over_chunks(block, neighbors.shape[1] * k, q_pts, neighbors, gen_weights, own_kp)
 
 
-__all__ = ['relative_positions', 'kp_influences', 'kpconv_export', 'kp_aggregate_export']
+__all__ = ['CHUNK_ELEMENTS', 'relative_positions', 'kp_influences', 'kpconv_export', 'kp_aggregate_export']

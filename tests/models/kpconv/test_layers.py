@@ -4,6 +4,7 @@ gradcheck; deformable regularisers; bad arguments."""
 import pytest
 import torch
 
+from fsdlite.models.kpconv import export_forms
 from fsdlite.models.kpconv.depthwise_layers import KPConvD, KPConvX, KPInv
 from fsdlite.models.kpconv.kpconv_layer import KPConv
 from fsdlite.registry import MODELS
@@ -67,9 +68,12 @@ def test_naive_and_fused_agree(name, strided, cloud, neighbor_search):
 
 
 @pytest.mark.parametrize('name', sorted(LAYERS))
-@pytest.mark.parametrize('strided', [False, True])
-def test_export_form_matches_reference(name, strided, cloud, neighbor_search):
-    """The export formulation (Gather, GEMM distances, MatMul contractions) computes the reference's outputs."""
+@pytest.mark.parametrize('strided,chunk', [(False, None), (True, None), (False, 700)])
+def test_export_form_matches_reference(name, strided, chunk, cloud, neighbor_search, monkeypatch):
+    """The export formulation (Gather, GEMM distances, MatMul contractions, query chunks) computes the reference's
+    outputs; ``chunk``: a small CHUNK_ELEMENTS, so that the queries run in several uneven chunks."""
+    if chunk:
+        monkeypatch.setattr(export_forms, 'CHUNK_ELEMENTS', chunk)
     points, x = cloud['points'], torch.randn(len(cloud['points']), C, dtype=torch.float64)
     q_pts = points[::3].clone() if strided else points
     neighbors = neighbor_search(q_pts, points, cloud['radius'], 12) if strided else cloud['neighbors']
