@@ -8,12 +8,16 @@ For every family one model at its configured widths (random weights, seed 0) is 
 * ``ort``    -- the deploy pipeline as shipped (``DeployedModel``): pre-ops -> ONNX Runtime -> post-ops, with its
   stage split.
 
+The detectors are also timed slimmed (``--slim-width``, default 0.5): ``fsdlite.slim`` cuts the random-weight
+model's channels (same bounds, same frame) and the slim config + weights go through the same export.
+
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
 slower than eager (``eager / ort >= 1``).  ``--margin M`` replaces the configured bounds by the input's own needs
 times M (the padding overhead of the fixed shapes at its smallest).
 
     python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--margin M] [--only fsd voxelnet ...]
+                                        [--slim-width W | --slim-width 0 (no slim rows)]
 """
 import argparse
 import sys
@@ -33,24 +37,42 @@ CASES = {
 }
 
 
+def slim_case(case, width, work_dir):
+    """A copy of a detector ``case`` whose config and weights are the width-``width`` slimming of its random-weight
+    model (``fsdlite.slim``: importance-ranked channels, coupled layers cut alike; bounds unchanged)."""
+    from mmengine.config import Config
+
+    from fsdlite.deploy.exporter import build_model
+    from fsdlite.slim.api import slim_config
+    from fsdlite.slim.engine import SlimRequest
+    out = Path(work_dir) / f'{case["key"]}_slim'
+    out.mkdir(parents=True, exist_ok=True)
+    source = out / 'random.pth'  # the weights export_model(..., 'random') uses (seed 0)
+    torch.save(dict(state_dict=build_model(Config.fromfile(case['config']).model, 'random').state_dict(), meta={}),
+               source)
+    slim = slim_config(case['config'], str(source), SlimRequest(width=width), str(out))
+    return dict(case, key=f'{case["key"]}_w{width:g}', config=slim.config_path, checkpoint=slim.checkpoint_path)
+
+
 def measure(case, repeat, warmup, threads, work_dir, margin=None):
     """Export one case and time its three variants; returns a dict of milliseconds and the ORT stage split.
 
     ``margin``: bounds measured on the input times ``margin`` instead of the configured / default ones.
     """
+    checkpoint = case.get('checkpoint', 'random')
     from fsdlite.deploy import DeployedModel, export_model, prepare
     from fsdlite.deploy.adapter import Frame
     from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
     frames = None
     if case['frame']:
         frames = [Frame(case['frame'], [load_lidar_frame(case['frame'], 4)], LIDAR_FRAMES[case['frame']][2])]
-    _, adapter, frames, _ = prepare(case['config'], 'random', frames=frames)
+    _, adapter, frames, _ = prepare(case['config'], checkpoint, frames=frames)
     bounds = adapter.bounds
     if margin is not None:
         bounds = type(adapter).measure_bounds(adapter.model, frames[:1], margin)
-        _, adapter, _, _ = prepare(case['config'], 'random', frames=frames, bounds=bounds)
+        _, adapter, _, _ = prepare(case['config'], checkpoint, frames=frames, bounds=bounds)
     out_dir = Path(work_dir) / case['key']
-    result = export_model(case['config'], 'random', out_dir, frames=frames[:1], bounds=bounds)
+    result = export_model(case['config'], checkpoint, out_dir, frames=frames[:1], bounds=bounds)
     deployed = DeployedModel(out_dir, threads)
     adapter.load_host_state(deployed.info['host_state'])
     data = frames[0].data
@@ -82,7 +104,11 @@ def main(argv=None):
                         help='bounds = the input\'s needs x MARGIN (default: the configured / export-default bounds)')
     parser.add_argument('--only', nargs='+', choices=[c['key'] for c in CASES.values()], default=None,
                         help='run only these models')
+    parser.add_argument('--slim-width', type=float, default=0.5,
+                        help='also time the detectors slimmed to this width (0: no slim rows)')
     args = parser.parse_args(argv)
+    if not 0 <= args.slim_width <= 1:
+        parser.error(f'--slim-width must be in [0, 1], got {args.slim_width}')
     if args.threads < 1:
         parser.error(f'--threads must be >= 1, got {args.threads}')
     repeat = args.repeat or (3 if args.quick else 10)
@@ -98,9 +124,14 @@ def main(argv=None):
           + (f'= input needs x {args.margin}' if args.margin else 'as configured (else measured x 1.5)'))
     rows, payload = [], {}
     with tempfile.TemporaryDirectory(prefix='fsdlite-deploy-bench-') as work_dir:
+        cases = []
         for name, case in CASES.items():
             if args.only and case['key'] not in args.only:
                 continue
+            cases.append((name, case))
+            if case['frame'] and args.slim_width:
+                cases.append((f'{name} w{args.slim_width:g}', slim_case(case, args.slim_width, work_dir)))
+        for name, case in cases:
             r = measure(case, repeat, warmup, args.threads, work_dir, args.margin)
             ms, split = r['ms'], r['ort_split_ms']
             rows.append([name, r['input'], f'{ms["eager"]:.1f}', f'{ms["static"]:.1f}', f'{ms["ort"]:.1f}',
