@@ -53,10 +53,12 @@ def pad_index(index, valid_rows, rows, width, bound_in, kept_in):
     Entries ``>= kept_in`` (the source level's shadow, or its rows truncated away) become the padded shadow
     ``bound_in``; rows ``>= valid_rows`` are cut, missing rows and columns are shadows.
     """
-    index = index[:valid_rows, :width]
-    index = torch.where(index >= kept_in, torch.full_like(index, bound_in), index)
-    out = torch.full((rows, width), bound_in, dtype=torch.long, device=index.device)
-    out[:index.shape[0], :index.shape[1]] = index
+    src = index[:valid_rows, :width]
+    out = torch.empty((rows, width), dtype=torch.long, device=index.device)
+    out[src.shape[0]:].fill_(bound_in)
+    out[:src.shape[0], src.shape[1]:].fill_(bound_in)
+    shadow = torch.tensor(bound_in, dtype=torch.long, device=index.device)
+    torch.where(src < kept_in, src, shadow, out=out[:src.shape[0], :src.shape[1]])  # one pass, no temporaries
     return out
 
 

@@ -125,3 +125,5 @@ def test_pad_index_moves_shadows_to_the_bound():
     index = torch.tensor([[0, 1, 3], [2, 3, 3], [1, 0, 3]])  # shadow 3 (3 valid source rows)
     out = pad_index(index, valid_rows=2, rows=4, width=2, bound_in=5, kept_in=2)
     assert out.tolist() == [[0, 1], [5, 5], [5, 5], [5, 5]]
+    wide = pad_index(index, valid_rows=3, rows=4, width=4, bound_in=7, kept_in=3)  # extra column and row: shadows
+    assert wide.tolist() == [[0, 1, 7, 7], [2, 7, 7, 7], [1, 0, 7, 7], [7, 7, 7, 7]]
