@@ -129,21 +129,20 @@ def _correlate(w, nearest, gathered, k):
 
 def _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma):
     """Rigid linear KPConv: ``sum_k ((1 - F_k)^T g) W_k = sum_k (F_k^T g) (-W_k) + (1^T g) sum_k W_k`` with
-    ``F = sqrt(clip(d^2 / sigma^2, 0, 1))`` and a column of ones in F (the neighbourhood sums): one GEMM at the
-    end, no ``1 - F`` pass and no separate reduction."""
+    ``F = sqrt(clip(d^2 / sigma^2, 0, 1))`` and a row of ones in F (the neighbourhood sums): one GEMM at the end,
+    no ``1 - F`` pass and no separate reduction.  F is built kernel-point-major, (m, K + 1, H) =
+    ``rhs (K + 1, 5) @ [d, |d|^2, 1] (m, 5, H)``, so that the contraction with the gathered features is a plain
+    batched MatMul (m, K + 1, H) @ (m, H, C1)."""
     k, c1, c2 = weights.shape
     distance_rhs = _distance_rhs(kernel_points, 1.0 / sigma ** 2, ones_column=True)           # (K + 1, 5)
-    weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).transpose(0, 1)       # (C1, K + 1, C2)
-    weights_rhs = weights_rhs.reshape(c1 * (k + 1), c2)
+    weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).reshape((k + 1) * c1, c2)
 
     def block(q, nb):
-        far = _linear_far(relative_positions(q, s_pts, nb), distance_rhs)                     # (m, H, K + 1)
-        gathered = gather_rows(features, nb)                                                # (m, H, C1)
-        if c1 == 1:  # (m, K + 1, 1): the same flat order, and the faster orientation in ORT
-            acc = torch.matmul(far.transpose(1, 2), gathered)
-        else:
-            acc = torch.matmul(gathered.transpose(1, 2), far)                                 # (m, C1, K + 1)
-        return acc.reshape(acc.shape[0], c1 * (k + 1)) @ weights_rhs
+        rel = gather_rows(s_pts, nb).transpose(1, 2) - q[:, :, None]                        # (m, 3, H)
+        lhs = torch.cat([rel, (rel * rel).sum(1, keepdim=True), torch.ones_like(rel[:, :1])], 1)  # (m, 5, H)
+        far = torch.sqrt(torch.clamp(torch.matmul(distance_rhs, lhs), 0, 1))                 # (m, K + 1, H)
+        acc = torch.matmul(far, gather_rows(features, nb))                                   # (m, K + 1, C1)
+        return acc.reshape(acc.shape[0], (k + 1) * c1) @ weights_rhs
 
     return _over_chunks(block, neighbors.shape[1] * (k + 1), q_pts, neighbors)
 
