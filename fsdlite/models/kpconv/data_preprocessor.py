@@ -120,11 +120,11 @@ class KPDataPreprocessor(BaseDataPreprocessor):
         return torch.cat([ones, extra], 1)
 
     def _search(self, query, support, radius, query_batch, support_batch, limit=None):
-        index, counts = _ops().radius_neighbors(query, support, radius, self.max_neighbors, query_batch,
-                                                support_batch, return_counts=True)
-        if limit is None:
-            return index, counts
-        return index[:, :limit].contiguous(), counts
+        """``(index, counts)`` of ``radius_neighbors``; with ``limit`` only the ``limit`` nearest are searched
+        for (the op sorts by distance, ties -> lower index, so this equals cutting a longer list) -- the upsampling
+        search at twice the radius keeps 1 of up to ``max_neighbors``."""
+        width = self.max_neighbors if limit is None else min(int(limit), self.max_neighbors)
+        return _ops().radius_neighbors(query, support, radius, width, query_batch, support_batch, return_counts=True)
 
     def _limit(self, level, counts):
         if int(self.neighbor_limits[level]) < 1:  # first batch: calibrate and keep
