@@ -130,20 +130,18 @@ def _correlate(w, nearest, gathered, k):
 def _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma):
     """Rigid linear KPConv: ``sum_k ((1 - F_k)^T g) W_k = sum_k (F_k^T g) (-W_k) + (1^T g) sum_k W_k`` with
     ``F = sqrt(clip(d^2 / sigma^2, 0, 1))`` and a row of ones in F (the neighbourhood sums): one GEMM at the end,
-    no ``1 - F`` pass and no separate reduction.  F is built kernel-point-major, (m, K + 1, H) =
-    ``rhs (K + 1, 7) @ [d, d * d, 1] (m, 7, H)``, so that the contraction with the gathered features is a plain
-    batched MatMul (m, K + 1, H) @ (m, H, C1)."""
+    no ``1 - F`` pass and no separate reduction.  F (m, H, K + 1) = ``[d, d * d, 1] (m H, 7) @ rhs^T (7, K + 1)``,
+    one 2-D GEMM per chunk (``|d|^2`` enters per coordinate: no separate reduction)."""
     k, c1, c2 = weights.shape
     distance_rhs = _distance_rhs(kernel_points, 1.0 / sigma ** 2, ones_column=True)           # (K + 1, 5)
     weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).reshape((k + 1) * c1, c2)
-    # [d, d * d, 1] rows: |d|^2 enters the GEMM per coordinate (no separate reduction)
     rhs = torch.cat([distance_rhs[:, :3], distance_rhs[:, 3:4].expand(-1, 3), distance_rhs[:, 4:]], 1)  # (K + 1, 7)
 
     def block(q, nb):
-        rel = gather_rows(s_pts, nb).transpose(1, 2) - q[:, :, None]                        # (m, 3, H)
-        lhs = torch.cat([rel, rel * rel, torch.ones_like(rel[:, :1])], 1)                   # (m, 7, H)
-        far = torch.sqrt(torch.clamp(torch.matmul(rhs, lhs), 0, 1))                         # (m, K + 1, H)
-        acc = torch.matmul(far, gather_rows(features, nb))                                   # (m, K + 1, C1)
+        rel = relative_positions(q, s_pts, nb)                                                # (m, H, 3)
+        lhs = torch.cat([rel, rel * rel, torch.ones_like(rel[..., :1])], 2)                 # (m, H, 7)
+        far = torch.sqrt(torch.clamp(torch.matmul(lhs, rhs.t()), 0, 1))                     # (m, H, K + 1)
+        acc = torch.matmul(far.transpose(1, 2), gather_rows(features, nb))                   # (m, K + 1, C1)
         return acc.reshape(acc.shape[0], (k + 1) * c1) @ weights_rhs
 
     return _over_chunks(block, neighbors.shape[1] * (k + 1), q_pts, neighbors)
