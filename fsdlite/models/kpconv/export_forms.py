@@ -8,7 +8,7 @@ dimensions):
 * neighbour rows are gathered with ``index_select`` (ONNX ``Gather``) from a table whose extra last row is
   zero, so shadow slots (index N) contribute zero features and need no validity mask;
 * with shared kernel points (K, 3) and ``aggregation='sum'`` the (M, H, K) squared distances are one GEMM:
-  ``[d, |d|^2, 1] @ [-2 kp, 1, |kp|^2]^T`` (the influence's 1 / sigma scaling folded into the constant
+  ``[d, d * d, 1] @ [-2 kp, 1, 1, 1, |kp|^2]^T`` (the influence's 1 / sigma scaling folded into the constant
   right-hand side), then ``1 - sqrt(clip(d2 / sigma^2, 0, 1))`` = linear influence in three passes;
 * nearest-kernel-point aggregation and per-query (deformed) kernel points use exact per-coordinate
   differences (the nearest kernel point is chosen on the same values as the reference);
@@ -80,9 +80,11 @@ def _distance_rhs(kernel_points, scale, ones_column=False):
 
 
 def _gemm_scaled(rel, rhs):
-    """(M, H, K) ``scale * |rel - kp_k|^2`` = ``[d, |d|^2, 1] @ rhs^T`` with ``rhs`` from :func:`_distance_rhs`."""
-    lhs = torch.cat([rel, (rel * rel).sum(2, keepdim=True), torch.ones_like(rel[..., :1])], 2)          # (M, H, 5)
-    return torch.matmul(lhs, rhs.t())
+    """(M, H, K) ``scale * |rel - kp_k|^2`` = ``[d, d * d, 1] @ rhs7^T``, ``rhs7`` = ``rhs`` (from
+    :func:`_distance_rhs`) with its ``|d|^2`` column repeated per coordinate (no separate reduction of d * d)."""
+    rhs7 = torch.cat([rhs[:, :3], rhs[:, 3:4].expand(-1, 3), rhs[:, 4:]], 1)                         # (K, 7)
+    lhs = torch.cat([rel, rel * rel, torch.ones_like(rel[..., :1])], 2)                                # (M, H, 7)
+    return torch.matmul(lhs, rhs7.t())
 
 
 def _linear_far(rel, rhs):
@@ -130,17 +132,13 @@ def _correlate(w, nearest, gathered, k):
 def _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma):
     """Rigid linear KPConv: ``sum_k ((1 - F_k)^T g) W_k = sum_k (F_k^T g) (-W_k) + (1^T g) sum_k W_k`` with
     ``F = sqrt(clip(d^2 / sigma^2, 0, 1))`` and a row of ones in F (the neighbourhood sums): one GEMM at the end,
-    no ``1 - F`` pass and no separate reduction.  F (m, H, K + 1) = ``[d, d * d, 1] (m H, 7) @ rhs^T (7, K + 1)``,
-    one 2-D GEMM per chunk (``|d|^2`` enters per coordinate: no separate reduction)."""
+    no ``1 - F`` pass and no separate reduction; F (m, H, K + 1) is one 2-D GEMM per chunk."""
     k, c1, c2 = weights.shape
     distance_rhs = _distance_rhs(kernel_points, 1.0 / sigma ** 2, ones_column=True)           # (K + 1, 5)
     weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).reshape((k + 1) * c1, c2)
-    rhs = torch.cat([distance_rhs[:, :3], distance_rhs[:, 3:4].expand(-1, 3), distance_rhs[:, 4:]], 1)  # (K + 1, 7)
 
     def block(q, nb):
-        rel = relative_positions(q, s_pts, nb)                                                # (m, H, 3)
-        lhs = torch.cat([rel, rel * rel, torch.ones_like(rel[..., :1])], 2)                 # (m, H, 7)
-        far = torch.sqrt(torch.clamp(torch.matmul(lhs, rhs.t()), 0, 1))                     # (m, H, K + 1)
+        far = _linear_far(relative_positions(q, s_pts, nb), distance_rhs)                   # (m, H, K + 1)
         acc = torch.matmul(far.transpose(1, 2), gather_rows(features, nb))                   # (m, K + 1, C1)
         return acc.reshape(acc.shape[0], (k + 1) * c1) @ weights_rhs
 
