@@ -28,7 +28,7 @@ Shapes: ``q_pts`` (M, 3), ``s_pts`` (N, 3), ``neighbors`` (M, H) int64 in [0, N]
 import torch
 import torch.nn.functional as F
 
-from .kp_base import gather_rows
+from .kp_base import gather_rows, with_shadow_row
 
 #: Elements of one (rows, H, K + 1) influence block: queries are processed in chunks of ~1 MiB of float32 blocks,
 #: so that each chunk's GEMM -> Clip -> Sqrt -> MatMul chain stays in a per-core L2 cache (ONNX Runtime runs every
@@ -93,21 +93,23 @@ def _linear_far(rel, rhs):
     return torch.sqrt(torch.clamp(_gemm_scaled(rel, rhs), 0, 1))
 
 
-def relative_positions(q_pts, s_pts, neighbors):
-    """(M, H, 3) neighbour positions relative to their query (shadow slots: ``-q``, finite)."""
-    gathered = gather_rows(s_pts, neighbors)
+def relative_positions(q_pts, s_pts, neighbors, shadowed=False):
+    """(M, H, 3) neighbour positions relative to their query (shadow slots: ``-q``, finite); ``shadowed``: ``s_pts``
+    already ends with the shadow row (see :func:`~.kp_base.gather_rows`)."""
+    gathered = gather_rows(s_pts, neighbors, shadowed)
     return gathered - q_pts[:, None].expand_as(gathered)  # ONNX Expand + Sub: faster than a broadcasting Sub
 
 
-def kp_influences(q_pts, s_pts, neighbors, kernel_points, sigma, influence='linear', aggregation='sum'):
-    """Influences of the neighbour slots on the kernel points.
+def kp_influences(q_pts, s_pts, neighbors, kernel_points, sigma, influence='linear', aggregation='sum',
+                  shadowed=False):
+    """Influences of the neighbour slots on the kernel points (``shadowed``: ``s_pts`` ends with the shadow row).
 
     Returns:
         tuple: ``(w, nearest)``.  ``aggregation='sum'``: ``w`` (M, H, K), ``nearest`` None.  ``'nearest'``:
         ``w`` (M, H) influence of each slot's closest kernel point, ``nearest`` (M, H) its index (first on
         ties).  Shadow slots may have any finite influence: their feature rows are zero.
     """
-    rel = relative_positions(q_pts, s_pts, neighbors)
+    rel = relative_positions(q_pts, s_pts, neighbors, shadowed)
     if aggregation == 'sum' and influence == 'constant':
         return rel.new_ones(neighbors.shape + (kernel_points.shape[-2],)), None
     if aggregation == 'sum' and kernel_points.dim() == 2:
@@ -136,10 +138,11 @@ def _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights
     k, c1, c2 = weights.shape
     distance_rhs = _distance_rhs(kernel_points, 1.0 / sigma ** 2, ones_column=True)           # (K + 1, 5)
     weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).reshape((k + 1) * c1, c2)
+    s_table, f_table = with_shadow_row(s_pts), with_shadow_row(features)                      # once for all chunks
 
     def block(q, nb):
-        far = _linear_far(relative_positions(q, s_pts, nb), distance_rhs)                   # (m, H, K + 1)
-        acc = torch.matmul(far.transpose(1, 2), gather_rows(features, nb))                   # (m, K + 1, C1)
+        far = _linear_far(relative_positions(q, s_table, nb, True), distance_rhs)           # (m, H, K + 1)
+        acc = torch.matmul(far.transpose(1, 2), gather_rows(f_table, nb, True))             # (m, K + 1, C1)
         return acc.reshape(acc.shape[0], (k + 1) * c1) @ weights_rhs
 
     return _over_chunks(block, neighbors.shape[1] * (k + 1), q_pts, neighbors)
@@ -153,10 +156,12 @@ def kpconv_export(q_pts, s_pts, neighbors, features, kernel_points, weights, mod
     if (influence, aggregation, modulations) == ('linear', 'sum', None) and kernel_points.dim() == 2:
         return _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma)
 
+    s_table, f_table = with_shadow_row(s_pts), with_shadow_row(features)
+
     def block(q, nb, mod, kp):
         kp = kernel_points if kp is None else kp
-        w, nearest = kp_influences(q, s_pts, nb, kp, sigma, influence, aggregation)
-        acc = _correlate(w, nearest, gather_rows(features, nb), k)                        # (m, K, C1)
+        w, nearest = kp_influences(q, s_table, nb, kp, sigma, influence, aggregation, shadowed=True)
+        acc = _correlate(w, nearest, gather_rows(f_table, nb, True), k)                    # (m, K, C1)
         if mod is not None:
             acc = acc * mod[..., None]
         return acc.reshape(acc.shape[0], k * c1) @ weights.reshape(k * c1, c2)
@@ -170,6 +175,7 @@ def kp_aggregate_export(q_pts, s_pts, neighbors, features, kernel_points, depthw
     """``y[q, c] = sum_k D[k, c] A[q, k, c // G] sum_h infl[q, h, k] x[nb[q, h], c]``: depthwise (K, C) or None,
     gen_weights (M, K, W) or None -> (M, C)."""
     c, k = features.shape[1], kernel_points.shape[-2]
+    s_table, f_table = with_shadow_row(s_pts), with_shadow_row(features)
 
     def block(q, nb, gen, kp):
         m = nb.shape[0]
@@ -180,8 +186,8 @@ def kp_aggregate_export(q_pts, s_pts, neighbors, features, kernel_points, depthw
         if gen is not None:
             groups = gen.shape[-1]
             eff = eff * gen[..., None].expand(m, k, groups, c // groups).reshape(m, k, c)
-        w, nearest = kp_influences(q, s_pts, nb, kp, sigma, influence, aggregation)
-        gathered = gather_rows(features, nb)                                                # (m, H, C)
+        w, nearest = kp_influences(q, s_table, nb, kp, sigma, influence, aggregation, shadowed=True)
+        gathered = gather_rows(f_table, nb, True)                                           # (m, H, C)
         if nearest is not None:  # each slot takes the weights of its closest kernel point
             per_slot = eff.expand(m, k, c).gather(1, nearest[..., None].expand(-1, -1, c))  # (m, H, C)
             return (w[..., None] * per_slot * gathered).sum(1)

@@ -29,14 +29,20 @@ def references(impl='naive'):
     return kpconv_reference, kp_aggregate_reference
 
 
-def gather_rows(x, index):
+def with_shadow_row(x):
+    """(N + 1, C): ``x`` (N, C) and a zero row, the row the shadow index N reads."""
+    return torch.cat([x, x.new_zeros((1, x.shape[1]))], 0)
+
+
+def gather_rows(x, index, shadowed=False):
     """Rows of ``x`` (N, C) at ``index`` (M, H) in [0, N] -> (M, H, C); the shadow index N gives a zero row.
 
+    ``shadowed``: ``x`` already ends with that zero row (:func:`with_shadow_row`, built once for many gathers).
     ``index_select`` on the flattened index exports to one ONNX ``Gather`` (advanced indexing gives ``GatherND``,
     several times slower in ONNX Runtime).
     """
-    padded = torch.cat([x, x.new_zeros((1, x.shape[1]))], 0)
-    return padded.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], x.shape[1])
+    table = x if shadowed else with_shadow_row(x)
+    return table.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], table.shape[1])
 
 
 def neighbor_max_pool(x, neighbors, chunk=65536):
@@ -52,7 +58,8 @@ def neighbor_max_pool(x, neighbors, chunk=65536):
     m, h = neighbors.shape
     if h == 0 or m == 0:
         return x.new_zeros((m, x.shape[1]))
-    return torch.cat([gather_rows(x, neighbors[i:i + chunk]).amax(1) for i in range(0, m, chunk)], 0)
+    table = with_shadow_row(x)
+    return torch.cat([gather_rows(table, neighbors[i:i + chunk], True).amax(1) for i in range(0, m, chunk)], 0)
 
 
 def nearest_upsample(x, upsamples):
