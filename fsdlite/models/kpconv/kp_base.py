@@ -5,7 +5,6 @@ Point clouds are flat: ``q_pts`` (M, 3) queries, ``s_pts`` (N, 3) supports, ``ne
 int64 indices into the supports padded with the shadow index N (zero feature, never influential).
 """
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .kernel_points import make_kernel_points
@@ -39,10 +38,12 @@ def gather_rows(x, index, shadowed=False):
     """Rows of ``x`` (N, C) at ``index`` (M, H) in [0, N] -> (M, H, C); the shadow index N gives a zero row.
 
     ``shadowed``: ``x`` already ends with that zero row (:func:`with_shadow_row`, built once for many gathers).
-    A row lookup (``F.embedding``) exports to one ONNX ``Gather`` on the (M, H) index itself (advanced indexing
-    gives ``GatherND``, several times slower in ONNX Runtime; ``index_select`` needs reshapes around it).
+    ``index_select`` on the flattened index exports to one ONNX ``Gather`` (advanced indexing gives ``GatherND``,
+    several times slower in ONNX Runtime; ``F.embedding`` would save the reshapes but fsdlite.slim's tracer has no
+    rule for it).
     """
-    return F.embedding(index, x if shadowed else with_shadow_row(x))
+    table = x if shadowed else with_shadow_row(x)
+    return table.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], table.shape[1])
 
 
 def neighbor_max_pool(x, neighbors, chunk=65536):

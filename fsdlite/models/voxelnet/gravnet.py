@@ -6,7 +6,6 @@ nearest nodes in s (itself included), weights their messages by exp(-scale * |s_
 aggregates mean and max; an output MLP maps [x, mean x, mean msg, max msg] to ``out_channels``.
 """
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ...registry import MODELS
@@ -66,7 +65,8 @@ class GravNetLayer(nn.Module):
 
         Also the exported form (``fsdlite.ops.knn`` has no ONNX form), hence coordinate-major differences (no
         broadcast over a trailing dimension of size ``latent``), an unsorted TopK (mean and max do not depend on
-        the neighbour order) and a row lookup (``F.embedding``: one ONNX Gather, not GatherND).
+        the neighbour order) and a row ``index_select`` (one ONNX Gather, not GatherND; fsdlite.slim traces
+        ``index_select``, not ``F.embedding``).
         """
         with_means, s, msg = self._embed(x)
         b, n, _ = x.shape
@@ -75,8 +75,8 @@ class GravNetLayer(nn.Module):
         sqdist = (diff * diff).sum(1)                                            # (B, N, N)
         knn_sqdist, index = sqdist.topk(self.k, dim=2, largest=False, sorted=False)
         weights = torch.exp(-self.distance_scale * knn_sqdist)
-        rows = index + (torch.arange(b, device=x.device) * n).view(b, 1, 1)           # rows of the (B N, msg) table
-        gathered = F.embedding(rows, msg.reshape(b * n, self.message_dims))              # (B, N, k, msg)
+        rows = (index + (torch.arange(b, device=x.device) * n).view(b, 1, 1)).reshape(-1)  # rows of (B N, msg)
+        gathered = msg.reshape(b * n, self.message_dims).index_select(0, rows).view(b, n, self.k, self.message_dims)
         weighted = gathered * weights.unsqueeze(-1)                              # (B, N, k, msg)
         aggregated = torch.cat([weighted.mean(2), weighted.max(2).values], 2)
         return self.output(torch.cat([with_means, aggregated], 2))
