@@ -68,12 +68,31 @@ class GraphRulebookOps:
         rows = torch.where(valid, rows, torch.full_like(rows, vmax))  # every dump write stores the same value
         return torch.full((g + 1,), vmax, dtype=torch.long, device=coors.device).scatter(0, keys, rows)
 
-    def _lookup(self, table, cells, shape):
-        """Rows at ``cells`` (..., 4); the dump for cells outside the grid."""
-        size = torch.tensor(shape, device=cells.device)
-        inside = ((cells[..., 1:] >= 0) & (cells[..., 1:] < size)).all(-1)
-        keys = torch.where(inside, self._keys(cells, shape), torch.full_like(cells[..., 0], table.shape[0] - 1))
-        return table.index_select(0, keys.reshape(-1)).view(keys.shape)
+    def neighbour_rows(self, coors, valid, spatial_shape, offsets, halo):
+        """Rows of the valid voxels at ``coors + offsets[k]`` (the dump ``Vmax`` where there is none).
+
+        The key table covers the grid grown by ``halo`` cells on both sides of every axis, so a neighbour key is
+        the voxel's key plus a constant per offset (one broadcast add, no per-axis range test: cells outside the
+        grid land in the never-occupied halo).
+
+        Args:
+            coors (Tensor): (Vmax, 4) int64 ``[b, z, y, x]`` (rows with ``valid`` inside the grid).
+            valid (Tensor): (Vmax,) bool voxels in the table; other rows get the dump in every column.
+            spatial_shape (Sequence[int]): grid (nz, ny, nx).
+            offsets (Tensor): (K, 3) int64 (dz, dy, dx) with ``|d| <= halo`` per axis.
+            halo (Sequence[int]): (hz, hy, hx) Python ints (graph constants).
+        Returns:
+            Tensor: (Vmax, K) int64.
+        """
+        vmax, device = coors.shape[0], coors.device
+        halo = [int(h) for h in halo]
+        grown = tuple(int(n) + 2 * h for n, h in zip(spatial_shape, halo))
+        shifted = coors.long() + torch.tensor([0, *halo], device=device)
+        table = self._table(shifted, valid, grown)
+        step = torch.tensor([grown[1] * grown[2], grown[2], 1], device=device)
+        keys = self._keys(shifted, grown).view(-1, 1) + (offsets.long() * step).sum(1).view(1, -1)
+        keys = torch.where(valid[:, None], keys, torch.full_like(keys, table.shape[0] - 1))
+        return table.index_select(0, keys.reshape(-1)).view(vmax, offsets.shape[0])
 
     def rulebook_subm(self, coors, num_valid, spatial_shape, kernel_size=3, dilation=1):
         """(Vmax, K) submanifold map, as :func:`fsdlite.ops.rulebook_subm`."""
@@ -84,9 +103,7 @@ class GraphRulebookOps:
         self._check(coors, valid, shape)
         offsets = (_kernel_offsets(k, coors.device) - torch.tensor(k, device=coors.device) // 2) * \
             torch.tensor(d, device=coors.device)
-        delta = torch.cat([torch.zeros_like(offsets[:, :1]), offsets], 1)          # (K, 4), batch unchanged
-        nbr = self._lookup(self._table(coors, valid, shape), coors[:, None, :] + delta, shape)
-        return torch.where(valid[:, None], nbr, torch.full_like(nbr, vmax))
+        return self.neighbour_rows(coors, valid, shape, offsets, [(kk // 2) * dd for kk, dd in zip(k, d)])
 
     def rulebook_conv(self, coors, num_valid, spatial_shape, kernel_size, stride=1, padding=0, dilation=1, *,
                       max_out):

@@ -45,8 +45,8 @@ class PaddedClusters(NamedTuple):
 
 
 def link_window(assigner, num_z, device):
-    """(W, 4) grid offsets ``[0, dz, dy, dx]`` of the cells that may link to a cell (all ``num_z`` layers: the
-    metric is xy).
+    """(W, 3) grid offsets ``(dz, dy, dx)`` of the cells that may link to a cell (all ``num_z`` layers: the
+    metric is xy) and the window's half extent ``(hz, hy, hx)`` (Python ints).
 
     Two cell means ``d`` cells apart along x are more than ``(d - 1) * vx`` apart, so links need
     ``d <= ceil(connected_dist / vx)`` (largest over classes; the exact distance test follows).
@@ -55,8 +55,7 @@ def link_window(assigner, num_z, device):
     rx, ry = (max(int(math.ceil(d / size[axis])) for d, size in zip(dists, sizes)) for axis in (0, 1))
     axes = [torch.arange(-(num_z - 1), num_z, device=device), torch.arange(-ry, ry + 1, device=device),
             torch.arange(-rx, rx + 1, device=device)]
-    offsets = torch.stack(torch.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
-    return torch.cat([torch.zeros_like(offsets[:, :1]), offsets], 1)
+    return torch.stack(torch.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3), (num_z - 1, ry, rx)
 
 
 def _propagate(label, nbr):
@@ -137,9 +136,8 @@ def group_padded(assigner, centre, class_id, batch, num_valid, batch_size, max_c
     # links: kept cells of the window, closer than the class's distance in xy
     lookup = GraphRulebookOps(batch_size * c)
     shape = voxel_grid([1.0, 1.0, 1.0], assigner.scaled_range)[2]                 # (nz, ny, nx)
-    table = lookup._table(cells.voxel_coors, kept, shape)
-    window = cells.voxel_coors[:, None, :] + link_window(assigner, shape[0], device)[None]
-    nb = lookup._lookup(table, window, shape)                                    # (P, W), dump P
+    window, halo = link_window(assigner, shape[0], device)
+    nb = lookup.neighbour_rows(cells.voxel_coors, kept, shape, window, halo)      # (P, W), dump P
     delta = cell_centre[:, None, :2] - gather_rows(cell_centre, nb)[..., :2]
     dist = assigner.connected_dist.to(device=device, dtype=dtype).index_select(0, cell_group % c)
     link = kept[:, None] & (nb < p) & ((delta * delta).sum(-1) < (dist * dist)[:, None])
