@@ -7,6 +7,7 @@ int64 indices into the supports padded with the shadow index N (zero feature, ne
 import torch
 from torch import nn
 
+from ...structures.bounds import is_exporting
 from .kernel_points import make_kernel_points
 
 IMPLS = ('fused', 'naive', 'export')
@@ -46,19 +47,23 @@ def gather_rows(x, index, shadowed=False):
     return table.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], table.shape[1])
 
 
-def neighbor_max_pool(x, neighbors, chunk=65536):
+def neighbor_max_pool(x, neighbors, chunk=None):
     """Max over each neighbourhood, shadow slots counting as zero rows (KPConv's max-pool).
 
     Args:
         x (Tensor): (N, C) features.
         neighbors (Tensor): (M, H) indices in [0, N].
-        chunk (int): queries per step (bounds the (chunk, H, C) transient).
+        chunk (int, optional): queries per step (bounds the (chunk, H, C) transient); default 65536, and while
+            exporting ``export_forms.CHUNK_ELEMENTS / (H C)`` (cache-sized steps for ONNX Runtime).
     Returns:
         Tensor: (M, C); 0 for queries whose slots are all shadows (or H = 0).
     """
     m, h = neighbors.shape
     if h == 0 or m == 0:
         return x.new_zeros((m, x.shape[1]))
+    if chunk is None:
+        from .export_forms import CHUNK_ELEMENTS
+        chunk = max(1, CHUNK_ELEMENTS // (h * x.shape[1])) if is_exporting() else 65536
     table = with_shadow_row(x)
     return torch.cat([gather_rows(table, neighbors[i:i + chunk], True).amax(1) for i in range(0, m, chunk)], 0)
 
