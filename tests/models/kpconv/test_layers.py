@@ -183,3 +183,16 @@ def test_fused_cuda_matches_cpu(name, cloud):
     torch.testing.assert_close(gx_cuda.cpu(), gx, atol=1e-4, rtol=1e-4)
     for key in gp:
         torch.testing.assert_close(gp_cuda[key].cpu(), gp[key], atol=1e-4, rtol=1e-4)
+
+
+def test_neighbor_max_pool_steps_and_shadows(cloud):
+    """Query steps (as used while exporting) give the one-step result; all-shadow neighbourhoods pool to 0."""
+    from fsdlite.models.kpconv.kp_base import neighbor_max_pool
+    x = torch.randn(len(cloud['points']), 5, dtype=torch.float64)
+    neighbors = cloud['neighbors'].clone()
+    neighbors[:4] = len(x)  # no neighbours at all
+    whole = neighbor_max_pool(x, neighbors)
+    torch.testing.assert_close(neighbor_max_pool(x, neighbors, chunk=7), whole)
+    assert whole[:4].abs().sum() == 0
+    expected = torch.cat([x, x.new_zeros((1, 5))])[neighbors[4:]].amax(1)
+    torch.testing.assert_close(whole[4:], expected)
