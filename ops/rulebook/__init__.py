@@ -48,6 +48,11 @@ def _conv_fake(coors, num_valid, spatial_shape, kernel_size, stride, padding, di
     return (coors.new_empty((max_out, 4)), coors.new_empty(()), coors.new_empty(()), coors.new_empty((max_out, k)))
 
 
+@torch.library.register_fake('fsdlite::rulebook_pairs')
+def _pairs_fake(nbr, num_in, capacity, tile):
+    return nbr.new_empty((3, capacity)), nbr.new_empty(()), nbr.new_empty(())
+
+
 @torch.library.register_fake('fsdlite::rulebook_inverse')
 def _inverse_fake(nbr, num_rows):
     return nbr.new_empty((num_rows, nbr.shape[1]))
@@ -158,4 +163,43 @@ def rulebook_inverse(nbr, num_rows):
     return torch.ops.fsdlite.rulebook_inverse(nbr.long(), num_rows)
 
 
-__all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse']
+class RulebookPairs(NamedTuple):
+    """Result of :func:`rulebook_pairs` (int64, on the device of ``nbr``)."""
+    pairs: torch.Tensor       #: (3, capacity) input row (num_in = dump), output row (Vout = dump), tile offset
+    num_pairs: torch.Tensor   #: () real pairs of the map
+    num_placed: torch.Tensor  #: () pairs in the list (the rest did not fit: dropped)
+
+
+def rulebook_pairs(nbr, num_in, capacity, tile=128):
+    """The real pairs of a neighbour map as a fixed-size pair list grouped by kernel offset.
+
+    Pairs keep the map's order (offset-major, then output row); each offset's pairs start a new tile of
+    ``tile`` rows, so every tile holds one offset (one weight matrix: a batched GEMM per conv). Unused rows point
+    at the dumps; pairs whose position reaches ``capacity`` (the highest offsets first) are dropped and counted.
+
+    Args:
+        nbr (Tensor): (Vout, K) int64 input rows, ``num_in`` = dump (a map of :func:`rulebook_subm`,
+            :func:`rulebook_conv` or :func:`rulebook_inverse`).
+        num_in (int): Vin, the input rows (dump index of ``nbr``).
+        capacity (int): rows of the list, a multiple of ``tile``.
+        tile (int): rows per tile (>= 1).
+    Returns:
+        RulebookPairs: ``pairs`` (3, capacity): row 0 input rows (``num_in`` in unused rows), row 1 output rows
+        (``Vout`` in unused rows), row 2 the kernel offset of each row's tile (0 in unused tiles); ``num_pairs``
+        and ``num_placed``.
+    """
+    op = 'rulebook_pairs'
+    _checks.tensor(op, 'nbr', nbr, dtypes=_checks.INDEX_DTYPES, dim=2)
+    num_in = _checks.positive_int(op, 'num_in', num_in, allow_zero=True)
+    tile = _checks.positive_int(op, 'tile', tile)
+    capacity = _checks.positive_int(op, 'capacity', capacity, allow_zero=True)
+    if capacity % tile:
+        raise ValueError(f'{op}: capacity must be a multiple of tile ({tile}), got {capacity}')
+    if not 1 <= nbr.shape[1] <= 4096:
+        raise ValueError(f'{op}: nbr must have 1 to 4096 kernel offsets (columns), got {nbr.shape[1]}')
+    _checks.index_range(op, 'nbr', nbr, 0, num_in + 1)
+    return RulebookPairs(*torch.ops.fsdlite.rulebook_pairs(nbr.long(), num_in, capacity, tile))
+
+
+__all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse', 'RulebookPairs',
+           'rulebook_pairs']

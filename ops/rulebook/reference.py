@@ -81,3 +81,23 @@ def rulebook_inverse_reference(nbr, num_rows):
         hit = nbr[:, k] < num_rows
         inv[nbr[hit, k], k] = rows[hit, k]
     return inv[:num_rows]
+
+
+def rulebook_pairs_reference(nbr, num_in, capacity, tile):
+    """(3, capacity) pair list, real pairs and placed pairs of a map ``nbr`` (dump ``num_in``), pure torch."""
+    vout, kv = nbr.shape
+    k_idx, out_idx = (nbr < num_in).t().nonzero(as_tuple=True)  # offset-major, then output row
+    in_idx = nbr[out_idx, k_idx]
+    count = torch.bincount(k_idx, minlength=kv)
+    tiles = (count + tile - 1) // tile
+    first_tile = torch.cumsum(tiles, 0) - tiles
+    first_pair = torch.cumsum(count, 0) - count
+    pos = first_tile[k_idx] * tile + torch.arange(k_idx.numel()) - first_pair[k_idx]
+    keep = pos < capacity
+    pairs = torch.empty(3, capacity, dtype=torch.long)
+    pairs[0], pairs[1] = num_in, vout
+    pairs[0, pos[keep]], pairs[1, pos[keep]] = in_idx[keep], out_idx[keep]
+    tile_offset = torch.repeat_interleave(torch.arange(kv), tiles)[:capacity // tile]
+    tile_offset = torch.cat([tile_offset, tile_offset.new_zeros(capacity // tile - tile_offset.numel())])
+    pairs[2] = tile_offset.repeat_interleave(tile)
+    return pairs, torch.tensor(k_idx.numel()), keep.sum()

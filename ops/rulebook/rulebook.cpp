@@ -110,6 +110,19 @@ void check_inverse_args(const at::Tensor& nbr, int64_t num_rows) {
   check_index_range(nbr, 0, num_rows + 1, op, "nbr (rows of the strided conv's input; num_rows is the dump)");
 }
 
+void check_pairs_args(const at::Tensor& nbr, int64_t num_in, int64_t capacity, int64_t tile) {
+  constexpr const char* op = "rulebook_pairs";
+  check_dtype(nbr, at::kLong, op, "nbr");
+  check_dim(nbr, 2, op, "nbr");
+  TORCH_CHECK(nbr.size(1) >= 1 && nbr.size(1) <= 4096, op, ": nbr must have 1 to 4096 kernel offsets (columns), got ",
+              nbr.size(1));
+  TORCH_CHECK(num_in >= 0 && num_in < (int64_t{1} << 40), op, ": num_in must lie in [0, 2^40), got ", num_in);
+  TORCH_CHECK(tile >= 1 && tile <= (int64_t{1} << 20), op, ": tile must lie in [1, 2^20], got ", tile);
+  TORCH_CHECK(capacity >= 0 && capacity < (int64_t{1} << 40) && capacity % tile == 0, op,
+              ": capacity must be a multiple of tile (", tile, ") in [0, 2^40), got ", capacity);
+  check_index_range(nbr, 0, num_in + 1, op, "nbr (input rows; num_in is the dump)");
+}
+
 void raise_duplicate(const at::Tensor& coors, int64_t a, int64_t b, const char* op) {
   const at::Tensor row = coors.select(0, a).cpu();
   const int64_t* r = row.data_ptr<int64_t>();
@@ -136,4 +149,7 @@ TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
       "int[] padding, int[] dilation, int max_out) -> "
       "(Tensor out_coors, Tensor num_valid_out, Tensor num_dropped, Tensor nbr)");
   m.def("rulebook_inverse(Tensor nbr, int num_rows) -> Tensor");
+  m.def(
+      "rulebook_pairs(Tensor nbr, int num_in, int capacity, int tile) -> "
+      "(Tensor pairs, Tensor num_pairs, Tensor num_placed)");
 }

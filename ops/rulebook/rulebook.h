@@ -10,6 +10,9 @@
 //                (0 <= o < out_shape); outputs are sorted by key ((b * OZ + z) * OY + y) * OX + x, truncated
 //                to max_out; nbr[o, k] = row of o * stride - padding + k * dilation.
 //   inverse:     inv[i, k] = o where nbr[o, k] = i (the transposed pairs of a strided map).
+//   pairs:       the real pairs of a map as a list grouped by offset (offset-major, then output row), each
+//                offset's pairs starting a new tile of `tile` rows; rows [0] input, [1] output, [2] offset of
+//                the tile (0 in unused tiles); pairs whose position reaches `capacity` are dropped (counted).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,6 +53,10 @@ Geometry check_geometry(const at::Tensor& coors, const at::Tensor& num_valid, c1
                         c10::IntArrayRef dilation, bool subm, const char* op);
 void check_max_out(int64_t max_out);
 void check_inverse_args(const at::Tensor& nbr, int64_t num_rows);
+// rulebook_pairs: nbr (Vout, K) int64 in [0, num_in]; tile >= 1; 0 <= capacity, a multiple of tile.
+void check_pairs_args(const at::Tensor& nbr, int64_t num_in, int64_t capacity, int64_t tile);
+
+using PairOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;  // pairs (3, capacity), num_pairs, num_placed
 
 // Raises the duplicate-voxel error for rows a < b sharing coordinates.
 [[noreturn]] void raise_duplicate(const at::Tensor& coors, int64_t a, int64_t b, const char* op);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "fsdlite_ops/common.h"
 #include "rulebook.h"
 
 namespace fsdlite::rulebook {
@@ -172,6 +173,47 @@ at::Tensor rulebook_inverse_cpu(const at::Tensor& nbr_, int64_t num_rows) {
   return inv;
 }
 
+PairOutputs rulebook_pairs_cpu(const at::Tensor& nbr_, int64_t num_in, int64_t capacity, int64_t tile) {
+  check_pairs_args(nbr_, num_in, capacity, tile);
+  const at::Tensor nbr = nbr_.contiguous();
+  const int64_t num_out = nbr.size(0), kv = nbr.size(1), num_tiles = capacity / tile;
+  const int64_t* n = nbr.data_ptr<int64_t>();
+  std::vector<int64_t> count(kv, 0), cursor(kv);
+  for (int64_t o = 0; o < num_out; ++o) {
+    const int64_t* row = n + o * kv;
+    for (int64_t k = 0; k < kv; ++k) count[k] += row[k] < num_in;
+  }
+  at::Tensor pairs = at::empty({3, capacity}, nbr.options());
+  int64_t* ins = pairs.data_ptr<int64_t>();
+  int64_t *outs = ins + capacity, *offsets = ins + 2 * capacity;
+  std::fill(ins, ins + capacity, num_in);
+  std::fill(outs, outs + capacity, num_out);
+  std::fill(offsets, offsets + capacity, 0);
+  int64_t first_tile = 0, num_pairs = 0, num_placed = 0;
+  for (int64_t k = 0; k < kv; ++k) {
+    const int64_t tiles = ceil_div(count[k], tile);
+    cursor[k] = first_tile * tile;
+    for (int64_t t = first_tile; t < std::min(first_tile + tiles, num_tiles); ++t)
+      std::fill(offsets + t * tile, offsets + (t + 1) * tile, k);
+    num_pairs += count[k];
+    num_placed += std::clamp<int64_t>(capacity - cursor[k], 0, count[k]);
+    first_tile += tiles;
+  }
+  for (int64_t o = 0; o < num_out; ++o) {  // serial: keeps the output-row order within every offset
+    for (int64_t k = 0; k < kv; ++k) {
+      const int64_t i = n[o * kv + k];
+      if (i >= num_in) continue;
+      const int64_t pos = cursor[k]++;
+      if (pos < capacity) {
+        ins[pos] = i;
+        outs[pos] = o;
+      }
+    }
+  }
+  const auto opts = nbr.options();
+  return {pairs, at::full({}, num_pairs, opts), at::full({}, num_placed, opts)};
+}
+
 }  // namespace
 }  // namespace fsdlite::rulebook
 
@@ -179,4 +221,5 @@ TORCH_LIBRARY_IMPL(fsdlite, CPU, m) {
   m.impl("rulebook_subm", &fsdlite::rulebook::rulebook_subm_cpu);
   m.impl("rulebook_conv", &fsdlite::rulebook::rulebook_conv_cpu);
   m.impl("rulebook_inverse", &fsdlite::rulebook::rulebook_inverse_cpu);
+  m.impl("rulebook_pairs", &fsdlite::rulebook::rulebook_pairs_cpu);
 }

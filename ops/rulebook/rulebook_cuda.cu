@@ -250,10 +250,124 @@ at::Tensor rulebook_inverse_cuda(const at::Tensor& nbr_, int64_t num_rows) {
   return inv;
 }
 
+// count[k] += real pairs of offset k (block-local histogram in shared memory, then one atomic per offset).
+__global__ void pair_count_kernel(const int64_t* nbr, int64_t total, int64_t kv, int64_t num_in,
+                                  unsigned long long* count) {
+  extern __shared__ unsigned long long local[];
+  for (int64_t k = threadIdx.x; k < kv; k += blockDim.x) local[k] = 0;
+  __syncthreads();
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (nbr[t] < num_in) atomicAdd(&local[t % kv], 1ULL);
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < kv; k += blockDim.x) {
+    if (local[k]) atomicAdd(&count[k], local[k]);
+  }
+}
+
+// One thread: first row of every offset's tiles (start[k]), and [num_pairs, num_placed] in totals.
+__global__ void pair_layout_kernel(const unsigned long long* count, int64_t kv, int64_t tile, int64_t capacity,
+                                   int64_t* start, int64_t* totals) {
+  int64_t first_tile = 0, pairs = 0, placed = 0;
+  for (int64_t k = 0; k < kv; ++k) {
+    const int64_t c = static_cast<int64_t>(count[k]);
+    start[k] = first_tile * tile;
+    const int64_t room = capacity - start[k];
+    placed += room <= 0 ? 0 : (room < c ? room : c);
+    pairs += c;
+    first_tile += (c + tile - 1) / tile;
+  }
+  totals[0] = pairs;
+  totals[1] = placed;
+}
+
+// offsets[p] = the offset whose tiles hold row p (0 in unused tiles).
+__global__ void pair_offset_kernel(const int64_t* start, const unsigned long long* count, int64_t kv, int64_t tile,
+                                   int64_t capacity, int64_t* offsets) {
+  const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (p >= capacity) return;
+  int64_t value = 0;
+  for (int64_t k = 0; k < kv; ++k) {
+    const int64_t end = start[k] + (static_cast<int64_t>(count[k]) + tile - 1) / tile * tile;
+    if (p >= start[k] && p < end) value = k;
+  }
+  offsets[p] = value;
+}
+
+// One block per offset k: a block-wide exclusive scan over the output rows (in chunks of blockDim.x) gives each
+// real pair its rank within the offset, so the order is the CPU's (output rows ascending).
+__global__ void pair_place_kernel(const int64_t* nbr, int64_t num_out, int64_t kv, int64_t num_in,
+                                  const int64_t* start, int64_t capacity, int64_t* ins, int64_t* outs) {
+  __shared__ int64_t scan[kThreads];
+  const int64_t k = blockIdx.x;
+  int64_t base = start[k];
+  for (int64_t chunk = 0; chunk < num_out; chunk += blockDim.x) {
+    const int64_t o = chunk + threadIdx.x;
+    const int64_t i = o < num_out ? nbr[o * kv + k] : num_in;
+    const int64_t flag = i < num_in ? 1 : 0;
+    scan[threadIdx.x] = flag;
+    __syncthreads();
+    for (int stride = 1; stride < blockDim.x; stride <<= 1) {  // inclusive Hillis-Steele scan
+      const int64_t add = threadIdx.x >= stride ? scan[threadIdx.x - stride] : 0;
+      __syncthreads();
+      scan[threadIdx.x] += add;
+      __syncthreads();
+    }
+    const int64_t pos = base + scan[threadIdx.x] - flag;
+    if (flag && pos < capacity) {
+      ins[pos] = i;
+      outs[pos] = o;
+    }
+    const int64_t chunk_total = scan[blockDim.x - 1];
+    __syncthreads();
+    base += chunk_total;
+  }
+}
+
+fsdlite::rulebook::PairOutputs rulebook_pairs_cuda(const at::Tensor& nbr_, int64_t num_in, int64_t capacity,
+                                                   int64_t tile) {
+  fsdlite::rulebook::check_pairs_args(nbr_, num_in, capacity, tile);
+  c10::cuda::CUDAGuard guard(nbr_.device());
+  auto stream = c10::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor nbr = nbr_.contiguous();
+  const int64_t num_out = nbr.size(0), kv = nbr.size(1);
+  at::Tensor pairs = at::empty({3, capacity}, nbr.options());
+  pairs.select(0, 0).fill_(num_in);
+  pairs.select(0, 1).fill_(num_out);
+  at::Tensor count = at::zeros({kv}, nbr.options());
+  at::Tensor start = at::zeros({kv}, nbr.options());
+  at::Tensor totals = at::zeros({2}, nbr.options());
+  auto* count_ptr = reinterpret_cast<unsigned long long*>(count.data_ptr<int64_t>());
+  const int64_t total = num_out * kv;
+  if (total > 0) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(total, kThreads), 1024));
+    pair_count_kernel<<<blocks, kThreads, kv * sizeof(unsigned long long), stream>>>(nbr.data_ptr<int64_t>(), total,
+                                                                                     kv, num_in, count_ptr);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  pair_layout_kernel<<<1, 1, 0, stream>>>(count_ptr, kv, tile, capacity, start.data_ptr<int64_t>(),
+                                         totals.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  int64_t* ins = pairs.data_ptr<int64_t>();
+  if (capacity > 0) {
+    pair_offset_kernel<<<blocks_for(capacity), kThreads, 0, stream>>>(start.data_ptr<int64_t>(), count_ptr, kv, tile,
+                                                                     capacity, ins + 2 * capacity);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (num_out > 0) {
+      pair_place_kernel<<<static_cast<unsigned>(kv), kThreads, 0, stream>>>(
+          nbr.data_ptr<int64_t>(), num_out, kv, num_in, start.data_ptr<int64_t>(), capacity, ins, ins + capacity);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  }
+  return {pairs, totals[0].clone(), totals[1].clone()};
+}
+
 }  // namespace fsdlite::rulebook_cuda
 
 TORCH_LIBRARY_IMPL(fsdlite, CUDA, m) {
   m.impl("rulebook_subm", &fsdlite::rulebook_cuda::rulebook_subm_cuda);
   m.impl("rulebook_conv", &fsdlite::rulebook_cuda::rulebook_conv_cuda);
   m.impl("rulebook_inverse", &fsdlite::rulebook_cuda::rulebook_inverse_cuda);
+  m.impl("rulebook_pairs", &fsdlite::rulebook_cuda::rulebook_pairs_cuda);
 }

@@ -110,7 +110,7 @@ def test_invalid_arguments():
         pair_conv(torch.randn(15, 2), pairs, weight, 10)
     with pytest.raises(ValueError, match='input rows outside'):
         pair_conv(torch.randn(9, 2), pairs, weight, 20)
-    with pytest.raises(ValueError, match='nbr holds rows outside'):
+    with pytest.raises(ValueError, match=r'nbr contains 15, expected values in \[0, 11\)'):
         pairs_from_nbr(nbr, 10, 300)
     with pytest.raises(ValueError, match='nbr must be a'):
         pairs_from_nbr(nbr.float(), 15, 300)

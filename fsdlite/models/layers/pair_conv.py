@@ -46,7 +46,7 @@ class PairList(NamedTuple):
 
 
 def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
-    """Pair list of a padded neighbour map (eager; the pre-ops of a deployed graph).
+    """Pair list of a padded neighbour map (eager, ``fsdlite.ops.rulebook_pairs``; the pre-ops of a deployed graph).
 
     Args:
         nbr (Tensor): (Vout, K) int64 input rows, ``num_in`` = dump.
@@ -59,36 +59,12 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     Returns:
         PairList
     """
+    from fsdlite.ops import rulebook_pairs
     if nbr.dim() != 2 or nbr.dtype != torch.long:
         raise ValueError(f'pairs_from_nbr: nbr must be a (Vout, K) int64 tensor, got {tuple(nbr.shape)} {nbr.dtype}')
-    num_in, (vout, kv) = int(num_in), nbr.shape
-    if nbr.numel() and (int(nbr.min()) < 0 or int(nbr.max()) > num_in):
-        raise ValueError(f'pairs_from_nbr: nbr holds rows outside [0, {num_in}] (num_in = {num_in} is the dump)')
-    capacity = pair_capacity(max_pairs, kv, tile)
-    device = nbr.device
-    k_idx, out_idx = (nbr < num_in).t().nonzero(as_tuple=True)  # sorted by offset, then output row
-    in_idx = nbr[out_idx, k_idx]
-    needed = torch.tensor(k_idx.numel(), dtype=torch.long, device=device)
-    check_bound(needed, int(max_pairs), bound_name, strict=strict)
-    count = torch.bincount(k_idx, minlength=kv)
-    tiles = (count + tile - 1) // tile
-    first_tile = torch.cumsum(tiles, 0) - tiles
-    first_pair = torch.cumsum(count, 0) - count
-    rank = torch.arange(k_idx.numel(), device=device) - first_pair[k_idx]
-    pos = first_tile[k_idx] * tile + rank
-    pairs = torch.empty(3, capacity, dtype=torch.long, device=device)
-    pairs[0].fill_(num_in)
-    pairs[1].fill_(vout)
-    num_tiles = capacity // tile
-    tile_offset = torch.repeat_interleave(torch.arange(kv, device=device), tiles)[:num_tiles]
-    tile_offset = torch.cat([tile_offset, tile_offset.new_zeros(num_tiles - tile_offset.numel())])
-    pairs[2].view(num_tiles, tile).copy_(tile_offset.view(-1, 1).expand(num_tiles, tile))
-    if int(tiles.sum()) > num_tiles:  # truncate: the pairs beyond the capacity (highest offsets) are dropped
-        keep = pos < capacity
-        pos, in_idx, out_idx = pos[keep], in_idx[keep], out_idx[keep]
-    pairs[0].index_put_((pos,), in_idx)
-    pairs[1].index_put_((pos,), out_idx)
-    return PairList(pairs, needed, needed - pos.numel())
+    res = rulebook_pairs(nbr, int(num_in), pair_capacity(max_pairs, nbr.shape[1], tile), tile)
+    check_bound(res.num_pairs, int(max_pairs), bound_name, strict=strict)
+    return PairList(res.pairs, res.num_pairs, res.num_pairs - res.num_placed)
 
 
 def kernel_matrices(weight, one_by_one=False):
