@@ -1,4 +1,4 @@
-"""rulebook ops (C++) vs the pure-torch reference and spconv's own indice-pair generation (Native, CPU).
+"""rulebook ops (C++; rulebook_pairs on the submanifold map) vs the pure-torch reference and spconv's own indice-pair generation (Native, CPU).
 
 Voxels: the 125,562-voxel Waymo-range frame of ../shared/data/spconv_waymo (grid 80 x 1600 x 1600; spconv's
 benchmark), or the ``V`` voxels of it nearest to the sensor in bird's-eye view; a synthetic voxel set of the
@@ -65,6 +65,13 @@ def work(variant, op, num_voxels):
         if variant == 'fsdlite':
             return lambda: rulebook_conv(coors, n, shape, max_out=n, **geometry)
         return lambda: ref.rulebook_conv_reference(coors, n, shape, *geometry.values(), n)
+    if op == 'pairs':  # the submanifold map as a pair list (tiles of 128 rows, room for every pair)
+        from fsdlite.ops import rulebook_pairs
+        nbr = rulebook_subm(coors, n, shape, 3)
+        capacity = -(-(int((nbr < n).sum()) + 27 * 127) // 128) * 128
+        if variant == 'fsdlite':
+            return lambda: rulebook_pairs(nbr, n, capacity, 128)
+        return lambda: ref.rulebook_pairs_reference(nbr, n, capacity, 128)
     nbr = rulebook_conv(coors, n, shape, max_out=n, **geometry).nbr
     if variant == 'fsdlite':
         return lambda: rulebook_inverse(nbr, n)
@@ -74,7 +81,8 @@ def work(variant, op, num_voxels):
 def cases(quick):
     num_voxels = 5_000 if quick else None
     size = f'V={num_voxels or 125_562}'
-    return [case(f'rulebook_{op}', size + (' k3' if op == 'subm' else ' k3 s2 p1'), work, variants, 'reference',
-                 measure_memory=op != 'inverse', op=op, num_voxels=num_voxels)
+    return [case(f'rulebook_{op}', size + (' k3' if op in ('subm', 'pairs') else ' k3 s2 p1'), work, variants,
+                 'reference', measure_memory=op not in ('inverse', 'pairs'), op=op, num_voxels=num_voxels)
             for op, variants in (('subm', ('reference', 'spconv', 'fsdlite')),
-                                 ('conv', ('reference', 'spconv', 'fsdlite')), ('inverse', ('reference', 'fsdlite')))]
+                                 ('conv', ('reference', 'spconv', 'fsdlite')), ('inverse', ('reference', 'fsdlite')),
+                                 ('pairs', ('reference', 'fsdlite')))]
