@@ -1,11 +1,13 @@
 # FSDv2-lite on KITTI-format data, fixed-shape mode (same model and weights as fsdv2lite_kitti.py; training
 # always runs the dynamic path).  The bounds have about 2x headroom over the one real frame measured
 #   python tools/collect_bounds.py configs/fsdv2/fsdv2lite_kitti.py   (000008: 16,897 points in range, voxels
-#   [4212, 3451, 1482], virtual voxels [2402, 1760, 761] with random weights)
+#   [4212, 3451, 1482], virtual voxels [2402, 1760, 761] with random weights, rulebook pairs
+#   [34764, 14374, 47889, 10960, 22374], mixer pairs [21512, 8320, 24892, 5718, 11843])
 # Measure them on your KITTI split with a trained checkpoint (--checkpoint) before deploying.
 _base_ = ['./fsdv2lite_kitti.py']
 
 model = dict(
     static=True,
     bounds=dict(max_points=32768, max_voxels=[9000, 8000, 3500], max_fg_points=[4096, 1024, 1024], max_boxes=5000,
-                max_virtual_voxels=[5000, 4000, 1600], max_pairs=[70000, 32000, 100000, 24000, 48000]))
+                max_virtual_voxels=[5000, 4000, 1600], max_pairs=[70000, 32000, 100000, 24000, 48000],
+                max_virtual_pairs=[45000, 18000, 52000, 12000, 25000]))

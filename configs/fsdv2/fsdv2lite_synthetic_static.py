@@ -10,4 +10,5 @@ model = dict(
     static=True,
     bounds=dict(max_points=14798, max_voxels=[3116, 4040, 2111], max_fg_points=[4096, 1024, 1024], max_boxes=1965,
                 max_virtual_voxels=[1965, 2382, 1281],
-                max_pairs=[16517, 13300, 50324, 13568, 28336]))
+                max_pairs=[16517, 13300, 50324, 13568, 28336],
+                max_virtual_pairs=[11162, 8273, 30215, 8070, 17729]))

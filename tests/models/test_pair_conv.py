@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.backbones import SparseUNet
-from fsdlite.models.layers.pair_conv import PAIR_TILE, pair_capacity, pair_conv, pairs_from_nbr
+from fsdlite.models.layers.pair_conv import PAIR_TILE, pair_capacity, pair_conv, pairs_from_nbr, traced_pairs
+from fsdlite.ops import rulebook_pairs
 from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook, rulebook_conv
 from fsdlite.structures.bounds import BoundExceededError
 
@@ -43,6 +44,41 @@ def test_pair_list_holds_every_real_pair_once_grouped_by_offset(vout, vin, kv, f
     got = [(int(i), int(o), int(k)) for i, o, k in zip(ins[real], outs[real], offs[real])]
     assert len(got) == needed and set(got) == real_pairs(nbr, vin)
     assert (offs.view(-1, tile) == offs.view(-1, tile)[:, :1]).all()  # one kernel offset per tile
+
+
+@settings(max_examples=25, deadline=None)
+@given(vout=st.integers(0, 200), vin=st.integers(1, 200), fill=st.floats(0.0, 1.0), tiles=st.integers(0, 40),
+       tile=st.sampled_from([1, 4, 128]), seed=st.integers(0, 2 ** 16))
+def test_traced_pairs_equal_the_op(vout, vin, fill, tiles, tile, seed):
+    """The fixed-shape compaction (maps built inside a graph) gives the op's list, truncation included."""
+    nbr = random_map(vout, vin, 27, fill, seed)
+    for a, b in zip(traced_pairs(nbr, vin, tiles * tile, tile), rulebook_pairs(nbr, vin, tiles * tile, tile)):
+        assert torch.equal(a, b)
+
+
+def test_pairs_from_nbr_exports_inside_a_graph(tmp_path):
+    """An in-graph rulebook's map turned into a pair list and convolved, in ONNX Runtime as in PyTorch."""
+    conv = RulebookSparseConv3d(4, 6, 3, subm=True)
+
+    class Graph(torch.nn.Module):
+        def forward(self, feats, nbr):
+            pl = pairs_from_nbr(nbr, 120, 500, tile=8, strict=False)
+            return pair_conv(feats, pl.pairs, conv.weight, 100, conv.bias, tile=8), pl.dropped
+
+    nbr, feats = random_map(100, 120, 27, 0.3, seed=9), torch.randn(120, 4)
+    path = tmp_path / 'graph_pairs.onnx'
+    with torch.no_grad():
+        torch.onnx.export(Graph().eval(), (feats, nbr), str(path), dynamo=True, opset_version=18,
+                          external_data=False, custom_translation_table=custom_translations())
+        expected = Graph()(feats, nbr)
+    types = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert not {'NonZero', 'Unique', 'Loop', 'If'} & types and all(
+        n.domain in ('', 'ai.onnx') for n in onnx.load(str(path)).graph.node), types
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    names = [i.name for i in session.get_inputs()]
+    got = session.run(None, dict(zip(names, [feats.numpy(), nbr.numpy()])))
+    np.testing.assert_allclose(got[0], expected[0].numpy(), rtol=0, atol=1e-4)
+    assert int(got[1]) == int(expected[1]) > 0  # ~810 pairs > 696 rows: the overflow is counted in the graph
 
 
 @pytest.mark.parametrize('one_by_one', [False, True])

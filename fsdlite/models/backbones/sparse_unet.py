@@ -215,8 +215,7 @@ class SparseUNet(nn.Module):
         layout = self.rulebook_layout(max_voxels)
         if len(nbrs) != len(layout):
             raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
-        built, strided, lists = {}, {}, []
-        dropped = torch.zeros(self.pair_slots(), dtype=torch.long)
+        built, strided, lists, dropped = {}, {}, [], {}
         for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
             if nbr.shape[0] != num_out:
                 raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
@@ -227,11 +226,12 @@ class SparseUNet(nn.Module):
                 built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
                                                 bound_name=f'{bound_name}[{slot}]')
             pl = built[id(nbr)]
-            dropped[slot] = torch.maximum(dropped[slot], pl.dropped.cpu())
+            dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
             if kind == 'conv':
                 strided[slot] = pl.pairs
             lists.append(pl.pairs)
-        return lists, dropped
+        zero = torch.zeros((), dtype=torch.long, device=nbrs[0].device if len(nbrs) else None)
+        return lists, torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
 
     def forward_rulebook(self, voxel_feats, nbrs, max_voxels=None):
         """Fixed-shape forward: every conv as a gather-GEMM over its neighbour map, spconv's weights unchanged.

@@ -70,10 +70,21 @@ class FSDv2Lite(SparseDetectorBase):
         return dict(max_virtual_voxels=len(self.mixer.encoder))
 
     def instance_bound_names(self):
-        return [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
+        names = [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
+        if self.bounds is not None and 'max_virtual_pairs' in self.bounds:
+            names += [f'max_virtual_pairs[{i}]' for i in range(self.mixer.pair_slots())]
+        return names
+
+    def optional_bound_spec(self):
+        """Besides ``max_pairs``: ``max_virtual_pairs`` (one per mixer ``pair_slots``) turns the mixer's in-graph
+        neighbour maps into pair lists inside the graph (overflow counted in ``dropped``)."""
+        return dict(super().optional_bound_spec(), max_virtual_pairs=self.mixer.pair_slots())
 
     def unet_bounds(self):
         return dict(super().unet_bounds(), max_virtual_voxels=self.mixer)
+
+    def unet_pair_bounds(self):
+        return dict(super().unet_pair_bounds(), max_virtual_pairs='max_virtual_voxels')
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points."""
@@ -122,8 +133,12 @@ class FSDv2Lite(SparseDetectorBase):
             nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
                                                           ops=GraphRulebookOps(batch_size),
                                                           bound_name='max_virtual_voxels', strict=strict)
+            pair_dropped = []
+            if 'max_virtual_pairs' in self.bounds:
+                nbrs, pair_dropped = self.mixer.build_pair_lists(nbrs, bounds, self.bounds['max_virtual_pairs'],
+                                                                 strict=strict, bound_name='max_virtual_pairs')
         with stage('mixer'):
-            mixed = self.mixer.forward_rulebook(voxel_feats, nbrs)
+            mixed = self.mixer.forward_rulebook(voxel_feats, nbrs, bounds if len(pair_dropped) else None)
         with stage('virtual_voxels'):
             virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
             count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')
@@ -132,5 +147,6 @@ class FSDv2Lite(SparseDetectorBase):
             ref = gather_rows(centre_sum, rows) / gather_rows(count, rows).clamp(min=1)[:, None]
             inst_batch = gather_rows(vox.voxel_coors[:, 0], rows)
         valid = torch.arange(bounds[0], device=points.device) < num
-        dropped = torch.stack([vox.num_dropped] + [d.to(vox.num_dropped) for d in dropped[1:]])
+        dropped = torch.stack([vox.num_dropped] + [d.to(vox.num_dropped) for d in dropped[1:]]
+                              + [d.to(vox.num_dropped) for d in pair_dropped])
         return PaddedInstances(gather_rows(mixed, rows), ref.detach(), inst_batch, None, valid, num, dropped)

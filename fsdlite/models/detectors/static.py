@@ -237,6 +237,10 @@ class StaticDetectorMixin:
         """``bound name -> SparseUNet`` whose levels the bound covers (measured by :meth:`measure_bounds`)."""
         return dict(max_voxels=self.backbone)
 
+    def unet_pair_bounds(self):
+        """``pair bound name -> level bound name`` (of :meth:`unet_bounds`) whose UNet's rulebook pairs it bounds."""
+        return dict(max_pairs='max_voxels')
+
     @torch.no_grad()
     def measure_bounds(self, inputs):
         """Sizes the fixed-shape path needs for this preprocessed batch, measured on the dynamic data path.
@@ -251,13 +255,17 @@ class StaticDetectorMixin:
         c, spec = self.num_classes, dict(self.bound_spec(), **self.optional_bound_spec())
         needed = {k: ([0] * n if n else 0) for k, n in spec.items()}
         needed['max_points'] = int(inputs['points'].shape[0])
-        counts, hooks = {}, []
+        counts, hooks, unet_voxels = {}, [], {}
         for name, unet in self.unet_bounds().items():
             counts[name] = [0] * len(unet.encoder)
             for s, enc in enumerate(unet.encoder):
                 def hook(module, args, out, name=name, s=s):
                     counts[name][s] = int(out.indices.shape[0])
                 hooks.append(enc.register_forward_hook(hook))
+
+            def input_hook(module, args, name=name):  # SparseUNet.forward(voxel_feats, voxel_coors, batch_size)
+                unet_voxels[name] = args[1]
+            hooks.append(unet.register_forward_pre_hook(input_hook))
         try:
             if inputs['voxel_coors'].shape[0]:
                 _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
@@ -267,10 +275,11 @@ class StaticDetectorMixin:
                 needed['max_boxes'] = int((scores > self.bbox_head.test_cfg['score_thr']).sum())
                 needed.update(self.measure_instance_bounds(inputs, fg, inst))
                 needed.update(counts)
-                levels = [max(v, 1) for v in needed['max_voxels']]
-                nbrs, _, _ = self.backbone.build_rulebooks(inputs['voxel_coors'], inputs['voxel_coors'].shape[0],
-                                                           levels)
-                needed['max_pairs'] = self.backbone.count_pairs(nbrs, levels).tolist()
+                unets = self.unet_bounds()
+                for pair_name, level_name in self.unet_pair_bounds().items():
+                    coors, levels = unet_voxels[level_name], [max(v, 1) for v in needed[level_name]]
+                    nbrs, _, _ = unets[level_name].build_rulebooks(coors, coors.shape[0], levels)
+                    needed[pair_name] = unets[level_name].count_pairs(nbrs, levels).tolist()
         finally:
             for h in hooks:
                 h.remove()

@@ -119,11 +119,12 @@ class GraphRulebookOps:
         kv = kidx.shape[0]
         st, pt, ot = (torch.tensor(v, device=device) for v in (s, p, out_shape))
         t = coors[:, None, 1:] + pt - kidx * torch.tensor(d, device=device)         # (V, K, 3) = o * stride
-        ok = valid[:, None] & ((t >= 0) & (t % st == 0) & (t // st < ot)).all(-1)
-        cells = torch.cat([coors[:, None, :1].expand(-1, kv, 1), t // st], -1)
+        q = torch.div(t, st, rounding_mode='floor')                                 # output cell per axis
+        ok = valid[:, None] & ((t >= 0) & (t - q * st == 0) & (q < ot)).all(-1)
         g = self._key_space(out_shape)
-        okey = torch.where(ok, self._keys(torch.where(ok[..., None], cells, torch.zeros_like(cells)), out_shape),
-                           torch.full_like(ok, g, dtype=torch.long))
+        oz, oy, ox = out_shape
+        keys = ((coors[:, :1] * oz + q[..., 0]) * oy + q[..., 1]) * ox + q[..., 2]   # (V, K); masked below
+        okey = torch.where(ok, keys, torch.full_like(keys, g))
         present = torch.zeros(g + 1, dtype=torch.long, device=device).scatter(
             0, okey.reshape(-1), torch.ones_like(okey.reshape(-1)))[:g]
         rank = torch.cumsum(present, 0) - 1                                         # sorted position of each key
@@ -133,7 +134,6 @@ class GraphRulebookOps:
             0, slot, torch.arange(g, device=device))[:max_out]
         kept = torch.clamp(total, max=max_out)
         out_keys = torch.where(valid_mask(kept, max_out, device), out_keys, torch.zeros_like(out_keys))
-        oz, oy, ox = out_shape
         out_coors = torch.stack([out_keys // (oz * oy * ox), out_keys // (oy * ox) % oz, out_keys // ox % oy,
                                  out_keys % ox], 1)
         row = torch.where(ok, rank.index_select(0, okey.reshape(-1).clamp(max=max(g - 1, 0))).view(okey.shape),

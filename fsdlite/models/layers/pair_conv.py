@@ -59,12 +59,43 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     Returns:
         PairList
     """
-    from fsdlite.ops import rulebook_pairs
     if nbr.dim() != 2 or nbr.dtype != torch.long:
         raise ValueError(f'pairs_from_nbr: nbr must be a (Vout, K) int64 tensor, got {tuple(nbr.shape)} {nbr.dtype}')
-    res = rulebook_pairs(nbr, int(num_in), pair_capacity(max_pairs, nbr.shape[1], tile), tile)
-    check_bound(res.num_pairs, int(max_pairs), bound_name, strict=strict)
-    return PairList(res.pairs, res.num_pairs, res.num_pairs - res.num_placed)
+    capacity = pair_capacity(max_pairs, nbr.shape[1], tile)
+    if is_exporting():  # a map built inside the graph (in-graph rulebooks): fixed-shape compaction
+        pairs, needed, placed = traced_pairs(nbr, int(num_in), capacity, tile)
+    else:
+        from fsdlite.ops import rulebook_pairs
+        pairs, needed, placed = rulebook_pairs(nbr, int(num_in), capacity, tile)
+    check_bound(needed, int(max_pairs), bound_name, strict=strict)
+    return PairList(pairs, needed, needed - placed)
+
+
+def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
+    """``fsdlite.ops.rulebook_pairs`` with fixed shapes and standard ops only (for maps built inside a graph):
+    ranks by a cumulative sum per offset, one row-wise scatter of ``[input, output]`` into a discarded extra row.
+
+    Returns:
+        tuple: (3, capacity) pairs, () real pairs, () placed pairs -- the op's results exactly.
+    """
+    vout, kv = nbr.shape
+    nbr_t = nbr.t()                                                    # (K, Vout), offset-major
+    real = nbr_t < num_in
+    count = real.sum(1)
+    tiles = torch.div(count + (tile - 1), tile, rounding_mode='floor')
+    tile_end = torch.cumsum(tiles, 0)
+    pos = ((tile_end - tiles) * tile).view(-1, 1) + torch.cumsum(real.long(), 1) - 1
+    placed = real & (pos < capacity)
+    pos = torch.where(placed, pos, torch.full_like(pos, capacity)).reshape(-1)
+    rows = torch.arange(vout, device=nbr.device).view(1, -1).expand(kv, vout)
+    values = torch.stack([nbr_t.reshape(-1), rows.reshape(-1)], 1)        # (K * Vout, 2) [input, output]
+    dumps = torch.tensor([num_in, vout], device=nbr.device).view(1, 2)
+    io = dumps.expand(capacity + 1, 2).clone().index_put_((pos,), values)[:capacity].t()
+    num_tiles = capacity // tile
+    tile_offset = (tile_end.view(1, -1) <= torch.arange(num_tiles, device=nbr.device).view(-1, 1)).sum(1)
+    tile_offset = torch.where(tile_offset < kv, tile_offset, torch.zeros_like(tile_offset))
+    offsets = tile_offset.view(-1, 1).expand(num_tiles, tile).reshape(1, -1)
+    return torch.cat([io, offsets], 0), real.sum(), placed.sum()
 
 
 def kernel_matrices(weight, one_by_one=False):
@@ -128,5 +159,5 @@ def pair_conv_forward(module, feats, pairs, num_out):
     return pair_conv(feats, pairs, module.weight, num_out, module.bias, one_by_one=conv_geometry(module).one_by_one)
 
 
-__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'kernel_matrices', 'pair_conv',
+__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'traced_pairs', 'kernel_matrices', 'pair_conv',
            'pair_conv_forward']
