@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.backbones import SparseUNet
-from fsdlite.models.layers.pair_conv import PAIR_TILE, pair_capacity, pair_conv, pairs_from_nbr, traced_pairs
+from fsdlite.models.layers.pair_conv import pair_capacity, pair_conv, pairs_from_nbr, traced_pairs
 from fsdlite.ops import rulebook_pairs
 from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook, rulebook_conv
 from fsdlite.structures.bounds import BoundExceededError
@@ -22,6 +22,20 @@ def random_map(vout, vin, kv, fill, seed):
     g = torch.Generator().manual_seed(seed)
     nbr = torch.randint(0, vin, (vout, kv), generator=g)
     return torch.where(torch.rand(vout, kv, generator=g) < fill, nbr, torch.full_like(nbr, vin))
+
+
+def export_and_run(module, args, path):
+    """Export ``module(*args)`` to ONNX (standard ops), run it in ONNX Runtime: (op types, ORT outputs, PyTorch
+    outputs as a tuple)."""
+    with torch.no_grad():
+        torch.onnx.export(module.eval(), args, str(path), dynamo=True, opset_version=18, external_data=False,
+                          custom_translation_table=custom_translations())
+        expected = module(*args)
+    graph = onnx.load(str(path)).graph
+    assert all(n.domain in ('', 'ai.onnx') for n in graph.node)
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    got = session.run(None, {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)})
+    return {n.op_type for n in graph.node}, got, expected if isinstance(expected, tuple) else (expected,)
 
 
 def real_pairs(nbr, vin):
@@ -66,17 +80,8 @@ def test_pairs_from_nbr_exports_inside_a_graph(tmp_path):
             return pair_conv(feats, pl.pairs, conv.weight, 100, conv.bias, tile=8), pl.dropped
 
     nbr, feats = random_map(100, 120, 27, 0.3, seed=9), torch.randn(120, 4)
-    path = tmp_path / 'graph_pairs.onnx'
-    with torch.no_grad():
-        torch.onnx.export(Graph().eval(), (feats, nbr), str(path), dynamo=True, opset_version=18,
-                          external_data=False, custom_translation_table=custom_translations())
-        expected = Graph()(feats, nbr)
-    types = {n.op_type for n in onnx.load(str(path)).graph.node}
-    assert not {'NonZero', 'Unique', 'Loop', 'If'} & types and all(
-        n.domain in ('', 'ai.onnx') for n in onnx.load(str(path)).graph.node), types
-    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    names = [i.name for i in session.get_inputs()]
-    got = session.run(None, dict(zip(names, [feats.numpy(), nbr.numpy()])))
+    types, got, expected = export_and_run(Graph(), (feats, nbr), tmp_path / 'graph_pairs.onnx')
+    assert not {'NonZero', 'Unique', 'Loop', 'If'} & types, types
     np.testing.assert_allclose(got[0], expected[0].numpy(), rtol=0, atol=1e-4)
     assert int(got[1]) == int(expected[1]) > 0  # ~810 pairs > 696 rows: the overflow is counted in the graph
 
@@ -188,15 +193,6 @@ def test_onnx_export_uses_gather_matmul_scatternd(tmp_path):
             return pair_conv(feats, pairs, conv.weight, 300, conv.bias)
 
     feats = torch.randn(250, 8)
-    path = tmp_path / 'pair_conv.onnx'
-    with torch.no_grad():
-        torch.onnx.export(Conv().eval(), (feats, pairs), str(path), dynamo=True, opset_version=18,
-                          external_data=False, custom_translation_table=custom_translations())
-        expected = Conv()(feats, pairs)
-    types = {n.op_type for n in onnx.load(str(path)).graph.node}
+    types, (got,), (expected,) = export_and_run(Conv(), (feats, pairs), tmp_path / 'pair_conv.onnx')
     assert {'Gather', 'MatMul', 'ScatterND'} <= types and 'ScatterElements' not in types, types
-    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    names = [i.name for i in session.get_inputs()]
-    got = session.run(None, dict(zip(names, [feats.numpy(), pairs.numpy()])))[0]
     np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-4)
-    assert PAIR_TILE % 8 == 0
