@@ -277,3 +277,6 @@ class SparseUNet(nn.Module):
             merged = run(merge, cat)
             x = run(upsample, merged + _sum_channel_groups(cat, merged.shape[1]))
         return x
+
+
+__all__ = ['SparseUNet']
