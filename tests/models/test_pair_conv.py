@@ -147,9 +147,9 @@ def test_invalid_arguments():
         pair_conv(torch.randn(15, 3), pairs, weight, 20)
     with pytest.raises(ValueError, match='pairs must have shape'):
         pair_conv(torch.randn(15, 2), pairs[:, :5], weight, 20)
-    with pytest.raises(ValueError, match='output rows outside'):
+    with pytest.raises(ValueError, match=r'pairs\[1\] \(output rows\) contains 20, expected values in \[0, 11\)'):
         pair_conv(torch.randn(15, 2), pairs, weight, 10)
-    with pytest.raises(ValueError, match='input rows outside'):
+    with pytest.raises(ValueError, match=r'pairs\[0\] \(input rows\) contains 1[0-5], expected values in \[0, 10\)'):
         pair_conv(torch.randn(9, 2), pairs, weight, 20)
     with pytest.raises(ValueError, match=r'nbr contains 15, expected values in \[0, 11\)'):
         pairs_from_nbr(nbr, 10, 300)

@@ -28,7 +28,8 @@ Shapes: ``q_pts`` (M, 3), ``s_pts`` (N, 3), ``neighbors`` (M, H) int64 in [0, N]
 import torch
 import torch.nn.functional as F
 
-from .kp_base import gather_rows, with_shadow_row
+from ...structures.padded import with_dump_row
+from .kp_base import gather_rows
 
 #: Elements of one (rows, H, K + 1) influence block: queries are processed in chunks of ~1 MiB of float32 blocks,
 #: so that each chunk's GEMM -> Clip -> Sqrt -> MatMul chain stays in a per-core L2 cache (ONNX Runtime runs every
@@ -138,7 +139,7 @@ def _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights
     k, c1, c2 = weights.shape
     distance_rhs = _distance_rhs(kernel_points, 1.0 / sigma ** 2, ones_column=True)           # (K + 1, 5)
     weights_rhs = torch.cat([-weights, weights.sum(0, keepdim=True)], 0).reshape((k + 1) * c1, c2)
-    s_table, f_table = with_shadow_row(s_pts), with_shadow_row(features)                      # once for all chunks
+    s_table, f_table = with_dump_row(s_pts), with_dump_row(features)                      # once for all chunks
 
     def block(q, nb):
         far = _linear_far(relative_positions(q, s_table, nb, True), distance_rhs)           # (m, H, K + 1)
@@ -156,7 +157,7 @@ def kpconv_export(q_pts, s_pts, neighbors, features, kernel_points, weights, mod
     if (influence, aggregation, modulations) == ('linear', 'sum', None) and kernel_points.dim() == 2:
         return _kpconv_linear_sum(q_pts, s_pts, neighbors, features, kernel_points, weights, sigma)
 
-    s_table, f_table = with_shadow_row(s_pts), with_shadow_row(features)
+    s_table, f_table = with_dump_row(s_pts), with_dump_row(features)
 
     def block(q, nb, mod, kp):
         kp = kernel_points if kp is None else kp
@@ -175,7 +176,7 @@ def kp_aggregate_export(q_pts, s_pts, neighbors, features, kernel_points, depthw
     """``y[q, c] = sum_k D[k, c] A[q, k, c // G] sum_h infl[q, h, k] x[nb[q, h], c]``: depthwise (K, C) or None,
     gen_weights (M, K, W) or None -> (M, C)."""
     c, k = features.shape[1], kernel_points.shape[-2]
-    s_table, f_table = with_shadow_row(s_pts), with_shadow_row(features)
+    s_table, f_table = with_dump_row(s_pts), with_dump_row(features)
 
     def block(q, nb, gen, kp):
         m = nb.shape[0]

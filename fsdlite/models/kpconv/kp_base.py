@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ...structures.bounds import is_exporting
+from ...structures.padded import with_dump_row
 from .kernel_points import make_kernel_points
 
 IMPLS = ('fused', 'naive', 'export')
@@ -30,20 +31,15 @@ def references(impl='naive'):
     return kpconv_reference, kp_aggregate_reference
 
 
-def with_shadow_row(x):
-    """(N + 1, C): ``x`` (N, C) and a zero row, the row the shadow index N reads."""
-    return torch.cat([x, x.new_zeros((1, x.shape[1]))], 0)
-
-
 def gather_rows(x, index, shadowed=False):
     """Rows of ``x`` (N, C) at ``index`` (M, H) in [0, N] -> (M, H, C); the shadow index N gives a zero row.
 
-    ``shadowed``: ``x`` already ends with that zero row (:func:`with_shadow_row`, built once for many gathers).
+    ``shadowed``: ``x`` already ends with that zero row (:func:`with_dump_row`, built once for many gathers).
     ``index_select`` on the flattened index exports to one ONNX ``Gather`` (advanced indexing gives ``GatherND``,
     several times slower in ONNX Runtime; ``F.embedding`` would save the reshapes but fsdlite.slim's tracer has no
     rule for it).
     """
-    table = x if shadowed else with_shadow_row(x)
+    table = x if shadowed else with_dump_row(x)
     return table.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], table.shape[1])
 
 
@@ -64,7 +60,7 @@ def neighbor_max_pool(x, neighbors, chunk=None):
     if chunk is None:
         from .export_forms import CHUNK_ELEMENTS
         chunk = max(1, CHUNK_ELEMENTS // (h * x.shape[1])) if is_exporting() else 65536
-    table = with_shadow_row(x)
+    table = with_dump_row(x)
     return torch.cat([gather_rows(table, neighbors[i:i + chunk], True).amax(1) for i in range(0, m, chunk)], 0)
 
 

@@ -25,6 +25,10 @@ from typing import NamedTuple
 import torch
 
 from fsdlite.structures.bounds import check_bound, is_exporting
+from fsdlite.structures.padded import with_dump_row
+
+from .rulebook_conv import conv_geometry, kernel_matrices
+from .static_ops import check_index
 
 PAIR_TILE = 128  #: rows per tile (one kernel offset each); larger tiles copy fewer weights, pad more rows
 
@@ -98,15 +102,6 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     return torch.cat([io, offsets], 0), real.sum(), placed.sum()
 
 
-def kernel_matrices(weight, one_by_one=False):
-    """spconv weight (Cout, kz, ky, kx, Cin) as (K, Cin, Cout) matrices ``W_k`` (spconv's 1x1 quirk: the weight
-    reinterpreted as (Cin, Cout), see :mod:`~fsdlite.models.layers.rulebook_conv`)."""
-    cout, cin = weight.shape[0], weight.shape[-1]
-    if one_by_one:
-        return weight.reshape(1, cin, cout)
-    return weight.reshape(cout, -1, cin).permute(1, 2, 0)
-
-
 def pair_conv(feats, pairs, weight, num_out, bias=None, one_by_one=False, tile=PAIR_TILE):
     """Sparse convolution over a pair list (see the module docstring).
 
@@ -128,15 +123,11 @@ def pair_conv(feats, pairs, weight, num_out, bias=None, one_by_one=False, tile=P
         raise ValueError(f'pair_conv: pairs must have shape (3, P) with P a multiple of {tile}, got '
                          f'{tuple(pairs.shape)}')
     w = kernel_matrices(weight, one_by_one)
-    if pairs.numel() and not is_exporting():
-        checks = ((pairs[0], feats.shape[0], 'input rows'), (pairs[1], int(num_out), 'output rows'),
-                  (pairs[2], w.shape[0] - 1, 'kernel offsets'))
-        for row, high, what in checks:
-            lo, hi = int(row.min()), int(row.max())
-            if lo < 0 or hi > high:
-                raise ValueError(f'pair_conv: pairs hold {what} outside [0, {high}]: {lo if lo < 0 else hi}')
+    check_index('pair_conv: pairs[0] (input rows)', pairs[0], 0, feats.shape[0] + 1)
+    check_index('pair_conv: pairs[1] (output rows)', pairs[1], 0, int(num_out) + 1)
+    check_index('pair_conv: pairs[2] (kernel offsets)', pairs[2], 0, w.shape[0])
     num_tiles = pairs.shape[1] // tile
-    x = torch.cat([feats, feats.new_zeros(1, cin)], 0)
+    x = with_dump_row(feats)
     gathered = x.index_select(0, pairs[0]).view(num_tiles, tile, cin)
     w_tiles = w.index_select(0, pairs[2].view(num_tiles, tile)[:, 0])
     z = torch.bmm(gathered, w_tiles).view(-1, cout)
@@ -155,9 +146,8 @@ def pair_conv_forward(module, feats, pairs, num_out):
     Returns:
         Tensor: (Vout_max, Cout) output features (bias in rows without pairs).
     """
-    from .rulebook_conv import conv_geometry
     return pair_conv(feats, pairs, module.weight, num_out, module.bias, one_by_one=conv_geometry(module).one_by_one)
 
 
-__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'traced_pairs', 'kernel_matrices', 'pair_conv',
+__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'traced_pairs', 'pair_conv',
            'pair_conv_forward']

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fsdlite.structures.bounds import check_bound, is_exporting
+from fsdlite.structures.padded import with_dump_row
 
 CONV_KINDS = ('subm', 'conv', 'inverse')
 _MAX_VOXELS_BUFFER = 'max_num_voxels_during_training'  # spconv's record_voxel_count buffer
@@ -61,6 +62,15 @@ def conv_geometry(module):
                         getattr(module, 'indice_key', None), one_by_one)
 
 
+def kernel_matrices(weight, one_by_one=False):
+    """spconv weight (Cout, kz, ky, kx, Cin) as (K, Cin, Cout) matrices ``W_k`` (offset k in itertools.product
+    order; spconv's 1x1 quirk: the weight reinterpreted as (Cin, Cout), see the module docstring)."""
+    cout, cin = weight.shape[0], weight.shape[-1]
+    if one_by_one:
+        return weight.reshape(1, cin, cout)
+    return weight.reshape(cout, -1, cin).permute(1, 2, 0)
+
+
 def rulebook_conv(feats, nbr, weight, bias=None, one_by_one=False, mode='auto'):
     """Sparse convolution over a neighbour map.
 
@@ -91,19 +101,18 @@ def rulebook_conv(feats, nbr, weight, bias=None, one_by_one=False, mode='auto'):
         if lo < 0 or hi > feats.shape[0]:
             raise ValueError(f'rulebook_conv: nbr contains {lo if lo < 0 else hi}, expected rows in '
                              f'[0, {feats.shape[0]}] (Vin = {feats.shape[0]} is the dump)')
-    x = torch.cat([feats, feats.new_zeros(1, cin)], 0)
+    x = with_dump_row(feats)
     vout = nbr.shape[0]
     if mode == 'auto':
         mode = 'matmul' if vout * kv * cin * feats.element_size() <= 64 * 2 ** 20 else 'loop'
-    # (Cin, K, Cout): W_k = w[:, k]
-    w = weight.reshape(cin, 1, cout) if one_by_one else weight.reshape(cout, kv, cin).transpose(0, 2)
+    w = kernel_matrices(weight, one_by_one)  # (K, Cin, Cout)
     if mode == 'matmul':
         gathered = x.index_select(0, nbr.reshape(-1)).view(vout, kv * cin)
-        out = gathered @ w.transpose(0, 1).reshape(kv * cin, cout)
+        out = gathered @ w.reshape(kv * cin, cout)
     else:
         out = feats.new_zeros(vout, cout)
         for k in range(kv):
-            out = out + x.index_select(0, nbr[:, k]) @ w[:, k]
+            out = out + x.index_select(0, nbr[:, k]) @ w[k]
     return out if bias is None else out + bias
 
 
@@ -312,5 +321,5 @@ class RulebookSparseConv3d(nn.Module):
                 f'indice_key={self.indice_key!r}')
 
 
-__all__ = ['CONV_KINDS', 'ConvGeometry', 'conv_geometry', 'rulebook_conv', 'rulebook_conv_forward', 'Rulebook',
-           'build_rulebook', 'RulebookSparseConv3d']
+__all__ = ['CONV_KINDS', 'ConvGeometry', 'conv_geometry', 'kernel_matrices', 'rulebook_conv', 'rulebook_conv_forward',
+           'Rulebook', 'build_rulebook', 'RulebookSparseConv3d']

@@ -36,7 +36,9 @@ def _extreme(dtype, reduce):
     return info.min if reduce == 'max' else info.max
 
 
-def _check_index(name, index, low, high):
+def check_index(name, index, low, high):
+    """Eager-mode check that every value of ``index`` lies in ``[low, high)`` (ValueError naming ``name``);
+    skipped while exporting."""
     if index.numel() and not is_exporting():
         lo, hi = int(index.min()), int(index.max())
         if lo < low or hi >= high:
@@ -62,7 +64,7 @@ def static_segment_reduce(src, index, num_segments, reduce='sum', valid=None):
         raise ValueError(f'static_segment_reduce: index must have shape (N,) = ({src.shape[0] if src.dim() else "?"},) '
                          f'matching src {tuple(src.shape)}, got {tuple(index.shape)}')
     m = int(num_segments)
-    _check_index('static_segment_reduce: index', index, 0, m + 1)
+    check_index('static_segment_reduce: index', index, 0, m + 1)
     index = index.long()
     if valid is not None:
         index = torch.where(valid, index, torch.full_like(index, m))
@@ -135,7 +137,7 @@ def static_unique(keys, valid, max_unique, key_space=None, strict=None, bound_na
     n, k = keys.shape[0], int(max_unique)
     keys = keys.long()
     if key_space is not None and not is_exporting():
-        _check_index('static_unique: keys (valid rows)', torch.where(valid, keys, torch.zeros_like(keys)), 0,
+        check_index('static_unique: keys (valid rows)', torch.where(valid, keys, torch.zeros_like(keys)), 0,
                      int(key_space))
     gid, g = _group_ids(keys, valid, key_space)
     rows = torch.arange(n, device=keys.device)
@@ -204,7 +206,7 @@ def static_voxelize(points, num_valid, voxel_size, point_range, max_voxels, batc
         b = torch.zeros(n, dtype=torch.long, device=points.device)
     else:
         b = batch.long()
-        _check_index('static_voxelize: batch (valid rows)', torch.where(valid, b, torch.zeros_like(b)), 0,
+        check_index('static_voxelize: batch (valid rows)', torch.where(valid, b, torch.zeros_like(b)), 0,
                      int(batch_size))
     keys = ((b * nz + xyz[:, 2]) * ny + xyz[:, 1]) * nx + xyz[:, 0]
     key_space = int(batch_size) * nz * ny * nx if dense_keys else None
@@ -286,7 +288,7 @@ def gather_rows(src, index, fill=0.0):
     Returns:
         Tensor: (*index.shape, *F).
     """
-    _check_index('gather_rows: index', index, 0, src.shape[0] + 1)
+    check_index('gather_rows: index', index, 0, src.shape[0] + 1)
     rows = with_dump_row(src, fill).index_select(0, index.reshape(-1).long())  # ONNX Gather
     return rows.view(tuple(index.shape) + tuple(src.shape[1:]))
 
