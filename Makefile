@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml setup.py
 	$(PIP) install --progress-bar off $(TORCH_SPEC)
 	@echo "[setup] installing fsdlite (editable, no build isolation) with test extras"
 	$(PIP) install --progress-bar off --no-build-isolation -e '.[test]'
+	@# first import writes yapf's grammar pickles (via mmengine); done once here, parallel test workers race on it
+	$(PY) -c "import mmengine"
 	@touch $@
 
 ops: setup
