@@ -1,7 +1,7 @@
 // CPU kernels of the rulebook family. The input voxels go into an open-addressing key -> row table (one
 // serial pass, which also detects duplicate voxels before anything is written); neighbour maps are then
-// filled in parallel, each output row by one thread (lookups only, no atomics), so results never depend
-// on the thread count. Strided outputs are collected in a hash set, sorted by key and truncated to max_out.
+// filled in parallel with lookups only (no atomics; every map entry has exactly one writer), so results never
+// depend on the thread count. Strided outputs are collected in a hash set, sorted by key and truncated to max_out.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -80,6 +80,42 @@ void fill_neighbours(int64_t num_out, const Geometry& g, bool subm, const TableV
   });
 }
 
+// Submanifold maps are symmetric: offsets k and K-1-k are opposite, so nbr[r, k] = j <=> nbr[j, K-1-k] = r, and
+// nbr[r, K/2] = r. Each row looks up the first half of the offsets only and writes both entries (every entry has
+// exactly one writer, so rows may be split among threads), which halves the table lookups of fill_neighbours.
+void fill_subm_symmetric(const int64_t* c, const Geometry& g, const TableView& table, int64_t dump, int64_t* nbr) {
+  const int64_t kv = g.kernel_volume, half = kv / 2;
+  std::vector<int64_t> shift(3 * half);
+  for (int64_t k = 0; k < half; ++k) {
+    int64_t kzyx[3];
+    kernel_index(k, g.kernel, kzyx);
+    for (int a = 0; a < 3; ++a) shift[3 * k + a] = (kzyx[a] - g.kernel[a] / 2) * g.dilation[a];
+  }
+  at::parallel_for(0, g.num_valid, kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> keys(half);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t* o = c + 4 * r;
+      for (int64_t k = 0; k < half; ++k) {
+        const int64_t* s = shift.data() + 3 * k;
+        const int64_t z = o[1] + s[0], y = o[2] + s[1], x = o[3] + s[2];
+        const bool inside = static_cast<uint64_t>(z) < static_cast<uint64_t>(g.in_shape[0]) &&
+                            static_cast<uint64_t>(y) < static_cast<uint64_t>(g.in_shape[1]) &&
+                            static_cast<uint64_t>(x) < static_cast<uint64_t>(g.in_shape[2]);
+        keys[k] = inside ? table_key(o[0], z, y, x, g.in_shape) : kEmpty;
+        if (inside) __builtin_prefetch(table.slots + home_slot(keys[k], table.mask));
+      }
+      nbr[r * kv + half] = r;
+      for (int64_t k = 0; k < half; ++k) {
+        if (keys[k] == kEmpty) continue;
+        const int64_t j = table.find(keys[k], dump);
+        if (j == dump) continue;
+        nbr[r * kv + k] = j;
+        nbr[j * kv + (kv - 1 - k)] = r;
+      }
+    }
+  });
+}
+
 at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
                              c10::IntArrayRef kernel_size, c10::IntArrayRef dilation) {
   const int64_t ones[3] = {1, 1, 1}, zeros[3] = {0, 0, 0};
@@ -90,10 +126,7 @@ at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_val
   at::Tensor nbr = at::full({vmax, g.kernel_volume}, vmax, coors.options());
   if (g.num_valid == 0) return nbr;
   const InputTable table(coors, g, "rulebook_subm");
-  const int64_t* c = coors.data_ptr<int64_t>();
-  fill_neighbours(
-      g.num_valid, g, true, table.view(), vmax,
-      [&](int64_t r, int64_t* o) { std::copy(c + 4 * r, c + 4 * r + 4, o); }, nbr.data_ptr<int64_t>());
+  fill_subm_symmetric(coors.data_ptr<int64_t>(), g, table.view(), vmax, nbr.data_ptr<int64_t>());
   return nbr;
 }
 

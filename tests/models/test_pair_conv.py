@@ -181,6 +181,16 @@ def test_sparse_unet_runs_the_same_on_pair_lists():
     torch.testing.assert_close(paired[:300], eager, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match='max_pairs needs 5 entries'):
         unet.build_pair_lists(nbrs, levels, [100])
+    # the pre-ops leave the inverse maps out: same counts, same pair lists
+    lean, _, _ = unet.build_rulebooks(padded, 300, levels, inverse_maps=False)
+    kinds = [kind for kind, *_ in unet.rulebook_layout(levels)]
+    assert [m is None for m in lean] == [k == 'inverse' for k in kinds] and 'inverse' in kinds
+    assert torch.equal(unet.count_pairs(lean, levels), needed)
+    lean_lists, _ = unet.build_pair_lists(lean, levels, needed.tolist())
+    assert all(torch.equal(a, b) for a, b in zip(lean_lists, lists))
+    subm_missing = [None if k == 'subm' else m for k, m in zip(kinds, nbrs)]
+    with pytest.raises(ValueError, match=r'the map of a subm conv \(slot 0\) is missing'):
+        unet.build_pair_lists(subm_missing, levels, needed.tolist())
 
 
 def test_onnx_export_uses_gather_matmul_scatternd(tmp_path):

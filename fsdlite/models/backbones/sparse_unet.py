@@ -128,7 +128,8 @@ class SparseUNet(nn.Module):
             yield merge, s
             yield upsample, s
 
-    def build_rulebooks(self, voxel_coors, num_voxels, max_voxels, ops=None, bound_name='max_voxels', strict=None):
+    def build_rulebooks(self, voxel_coors, num_voxels, max_voxels, ops=None, bound_name='max_voxels', strict=None,
+                        inverse_maps=True):
         """Neighbour maps of every conv for padded input voxels (spconv's rulebooks as padded index tensors).
 
         Args:
@@ -141,6 +142,8 @@ class SparseUNet(nn.Module):
             bound_name (str): name of the level bounds in overflow errors (``'max_voxels[s]'``).
             strict (bool, optional): raise when a level needs more voxels than its bound (default: eager mode);
                 False keeps the first ``max_voxels[s]`` and counts the rest (deploy pre-ops).
+            inverse_maps (bool): build the maps of the inverse convs; False leaves ``None`` in their places (pair
+                lists take the strided conv's pairs, swapped: :meth:`build_pair_lists`, :meth:`count_pairs`).
         Returns:
             tuple: list of (V_level, K) int64 neighbour maps in execution order (the input of
             :meth:`forward_rulebook`), list of () int64 voxel counts per level, and list of () int64 voxels
@@ -158,6 +161,9 @@ class SparseUNet(nn.Module):
             conv = block[0]
             kind = conv_geometry(conv).kind
             level = s - 1 if kind == 'conv' else s
+            if kind == 'inverse' and not inverse_maps:
+                nbrs.append(None)
+                continue
             rb = build_rulebook(conv, *levels[level], cache=cache, max_out=max_voxels[s], ops=ops,
                                 bound_name=f'{bound_name}[{s}]', strict=strict)
             if kind == 'conv':
@@ -191,14 +197,16 @@ class SparseUNet(nn.Module):
         """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of the maps of :meth:`build_rulebooks`."""
         counts = torch.zeros(self.pair_slots(), dtype=torch.long)
         for nbr, (_, slot, num_in, _) in zip(nbrs, self.rulebook_layout(max_voxels)):
-            counts[slot] = torch.maximum(counts[slot], (nbr < num_in).sum().cpu())
+            if nbr is not None:  # an inverse map left out: its strided conv's map has the same pairs
+                counts[slot] = torch.maximum(counts[slot], (nbr < num_in).sum().cpu())
         return counts
 
     def build_pair_lists(self, nbrs, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
         """Pair lists (:mod:`~fsdlite.models.layers.pair_conv`) of the maps of :meth:`build_rulebooks`.
 
         Args:
-            nbrs (Sequence[Tensor]): the neighbour maps (execution order; shared maps are converted once).
+            nbrs (Sequence[Tensor]): the neighbour maps (execution order; shared maps are converted once; inverse
+                maps may be ``None``).
             max_voxels (Sequence[int]): the level bounds the maps were built with.
             max_pairs (Sequence[int]): pair bound per :meth:`pair_slots` entry.
             strict (bool, optional): raise when a map has more pairs than its bound (default: eager mode);
@@ -217,11 +225,14 @@ class SparseUNet(nn.Module):
             raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
         built, strided, lists, dropped = {}, {}, [], {}
         for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
-            if nbr.shape[0] != num_out:
-                raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
             if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
                 lists.append(strided[slot][[1, 0, 2]])
                 continue
+            if nbr is None:
+                raise ValueError(f'build_pair_lists: the map of a {kind} conv (slot {slot}) is missing; only inverse '
+                                 'maps may be left out (build_rulebooks(inverse_maps=False)), after their strided conv')
+            if nbr.shape[0] != num_out:
+                raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
             if id(nbr) not in built:
                 built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
                                                 bound_name=f'{bound_name}[{slot}]')

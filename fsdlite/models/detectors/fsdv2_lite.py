@@ -132,7 +132,8 @@ class FSDv2Lite(SparseDetectorBase):
         with stage('mixer_rulebooks'):
             nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
                                                           ops=GraphRulebookOps(batch_size),
-                                                          bound_name='max_virtual_voxels', strict=strict)
+                                                          bound_name='max_virtual_voxels', strict=strict,
+                                                          inverse_maps='max_virtual_pairs' not in self.bounds)
             pair_dropped = []
             if 'max_virtual_pairs' in self.bounds:
                 nbrs, pair_dropped = self.mixer.build_pair_lists(nbrs, bounds, self.bounds['max_virtual_pairs'],

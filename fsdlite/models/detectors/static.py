@@ -157,7 +157,8 @@ class StaticDetectorMixin:
             p2v = inputs['point2voxel'][:points.bound]
             p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
             p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
-            nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict)
+            nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict,
+                                                             inverse_maps=not self.uses_pair_lists())
             dropped = [drop_p, drop_v.to(drop_p)] + [d.to(drop_p) for d in dropped[1:]]
             if self.uses_pair_lists():
                 nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
@@ -278,7 +279,7 @@ class StaticDetectorMixin:
                 unets = self.unet_bounds()
                 for pair_name, level_name in self.unet_pair_bounds().items():
                     coors, levels = unet_voxels[level_name], [max(v, 1) for v in needed[level_name]]
-                    nbrs, _, _ = unets[level_name].build_rulebooks(coors, coors.shape[0], levels)
+                    nbrs, _, _ = unets[level_name].build_rulebooks(coors, coors.shape[0], levels, inverse_maps=False)
                     needed[pair_name] = unets[level_name].count_pairs(nbrs, levels).tolist()
         finally:
             for h in hooks:
