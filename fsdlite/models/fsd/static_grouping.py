@@ -138,9 +138,13 @@ def group_padded(assigner, centre, class_id, batch, num_valid, batch_size, max_c
     shape = voxel_grid([1.0, 1.0, 1.0], assigner.scaled_range)[2]                 # (nz, ny, nx)
     window, halo = link_window(assigner, shape[0], device)
     nb = lookup.neighbour_rows(cells.voxel_coors, kept, shape, window, halo)      # (P, W), dump P
-    delta = cell_centre[:, None, :2] - gather_rows(cell_centre, nb)[..., :2]
+    dist2 = centre.new_zeros(nb.shape)  # squared xy distances, an axis at a time: a trailing axis of 2 is slow in ORT
+    for axis in range(2):
+        coord = cell_centre[:, axis].contiguous()
+        delta = coord[:, None] - gather_rows(coord, nb)
+        dist2 = dist2 + delta * delta
     dist = assigner.connected_dist.to(device=device, dtype=dtype).index_select(0, cell_group % c)
-    link = kept[:, None] & (nb < p) & ((delta * delta).sum(-1) < (dist * dist)[:, None])
+    link = kept[:, None] & (nb < p) & (dist2 < (dist * dist)[:, None])
     nbr = torch.where(link, nb, torch.full_like(nb, p))
     rows = torch.arange(p, device=device)
     label, needed, unconverged = connected_labels(torch.where(kept, rows, torch.full_like(rows, p)), nbr,
