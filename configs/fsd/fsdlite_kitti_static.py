@@ -1,7 +1,7 @@
 # FSD-lite on KITTI-format data, fixed-shape mode (same model and weights as fsdlite_kitti.py; training always
 # runs the dynamic path).  The bounds have about 2x headroom over the one real frame measured
 #   python tools/collect_bounds.py configs/fsd/fsdlite_kitti.py   (000008: 16,897 points in range, voxels
-#   [4212, 3451, 1482], 249 clusters with random weights, 5 propagation iterations, rulebook pairs
+#   [4212, 3451, 1482], 249 clusters with random weights, 3 propagation iterations, rulebook pairs
 #   [34764, 14374, 47889, 10960, 22374])
 # Measure them on your KITTI split with a trained checkpoint (--checkpoint) before deploying.
 _base_ = ['./fsdlite_kitti.py']
@@ -9,4 +9,4 @@ _base_ = ['./fsdlite_kitti.py']
 model = dict(
     static=True,
     bounds=dict(max_points=32768, max_voxels=[9000, 8000, 3500], max_fg_points=[4096, 1024, 1024], max_boxes=512,
-                max_clusters=512, max_cc_iters=10, max_pairs=[70000, 32000, 100000, 24000, 48000]))
+                max_clusters=512, max_cc_iters=6, max_pairs=[70000, 32000, 100000, 24000, 48000]))

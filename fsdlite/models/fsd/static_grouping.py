@@ -8,7 +8,7 @@ Same cells and clusters as the dynamic assigner when bounds hold, with export-sa
    dense key table (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`); the window covers every cell
    whose mean centre can lie closer than the class's ``connected_dist`` in xy, so the links equal those of
    ``fsdlite.ops.connected_components``;
-3. connected components by **min-label propagation** with hooking and pointer jumping, a fixed number of
+3. connected components by **min-label propagation** with hooking and two pointer jumps, a fixed number of
    iterations (bound ``max_cc_iters``).  In eager mode the labels are iterated to the fixed point and the number
    of iterations needed is checked against the bound (raises when exceeded); while exporting exactly
    ``max_cc_iters`` iterations run and the number of cells not yet converged is reported;
@@ -59,14 +59,21 @@ def link_window(assigner, num_z, device):
 
 
 def _propagate(label, nbr):
-    """One min-label step: neighbour minimum, hook the current root, then a pointer jump (dump = P)."""
+    """One min-label step: neighbour minimum, hook the current root, then two pointer jumps (dump = P).
+
+    The (P, W) neighbour gather is the step's cost; a jump gathers P labels only, and the second one about halves
+    the steps a KITTI frame needs (5 -> 3). Labels stay rows of the node's component, so the fixed point is the
+    same.
+    """
     p = label.shape[0]
     dump = torch.full((1,), p, dtype=label.dtype, device=label.device)
     ext = torch.cat([label, dump])
     low = torch.minimum(label, ext.index_select(0, nbr.reshape(-1)).view(nbr.shape).amin(1))
     ext = ext.scatter_reduce(0, label, low, 'amin', include_self=True)
     label = torch.minimum(ext[:p], low)
-    return torch.cat([label, dump]).index_select(0, label)
+    for _ in range(2):
+        label = torch.cat([label, dump]).index_select(0, label)
+    return label
 
 
 def connected_labels(label, nbr, iterations, strict=None, name='max_cc_iters'):
