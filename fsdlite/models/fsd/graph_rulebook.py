@@ -117,13 +117,15 @@ class GraphRulebookOps:
         self._check(coors, valid, shape)
         kidx = _kernel_offsets(k, device)                                           # (K, 3)
         kv = kidx.shape[0]
-        st, pt, ot = (torch.tensor(v, device=device) for v in (s, p, out_shape))
-        t = coors[:, None, 1:] + pt - kidx * torch.tensor(d, device=device)         # (V, K, 3) = o * stride
-        q = torch.div(t, st, rounding_mode='floor')                                 # output cell per axis
-        ok = valid[:, None] & ((t >= 0) & (t - q * st == 0) & (q < ot)).all(-1)
+        # one (V, K) tensor per axis (a trailing axis of 3 makes ORT's broadcasting element-wise ops slow)
+        ok, keys = valid[:, None], coors[:, :1]
+        for axis in range(3):
+            t = coors[:, axis + 1:axis + 2] + p[axis] - kidx[:, axis].view(1, -1) * d[axis]  # (V, K) = o * stride
+            q = torch.div(t, s[axis], rounding_mode='floor')                    # output cell on this axis
+            ok = ok & (t >= 0) & (t - q * s[axis] == 0) & (q < out_shape[axis])
+            keys = keys * out_shape[axis] + q                                   # (V, K); masked below
         g = self._key_space(out_shape)
         oz, oy, ox = out_shape
-        keys = ((coors[:, :1] * oz + q[..., 0]) * oy + q[..., 1]) * ox + q[..., 2]   # (V, K); masked below
         okey = torch.where(ok, keys, torch.full_like(keys, g))
         present = torch.zeros(g + 1, dtype=torch.long, device=device).scatter(
             0, okey.reshape(-1), torch.ones_like(okey.reshape(-1)))[:g]
