@@ -22,6 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .rules import bind, flat_outputs
+from .trace import dynamic_path
 
 
 def _mm(b, out):
@@ -163,13 +164,14 @@ class MacCounter(TorchDispatchMode):
 
 def count_macs(model, data, mode='predict'):
     """``(total MACs, per-op Counter, uncounted custom ops Counter)`` of ``model(**data, mode=mode)``
-    (eval mode, no grad)."""
+    (eval mode, no grad; a fixed-shape model on its dynamic path, :func:`~fsdlite.slim.trace.dynamic_path`: the
+    real work, not the padding)."""
     counter = MacCounter()
     handles = counter.attach(model)
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), counter:
+        with torch.no_grad(), dynamic_path(model), counter:
             model(**data, mode=mode)
     finally:
         for h in handles:

@@ -20,6 +20,11 @@ FAMILIES = {
                                      'model.sir.block_channels': ((16, 16), (16, 16), (16, 16)),
                                      'model.sir.rel_channels': (8,),
                                      'model.bbox_head.shared_channels': (32,)})),
+    'fsd_static': ('configs/fsd/fsdlite_synthetic_static.py',   # fixed-shape mode: traced on its dynamic path
+                   dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
+                                            'model.sir.block_channels': ((16, 16), (16, 16), (16, 16)),
+                                            'model.sir.rel_channels': (8,),
+                                            'model.bbox_head.shared_channels': (32,)})),
     'fsdv2': ('configs/fsdv2/fsdv2lite_synthetic.py',
               dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
                                        'model.virtual_encoder.out_channels': 8,

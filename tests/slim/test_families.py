@@ -9,7 +9,7 @@ from fsdlite.slim.api import write_slim
 from fsdlite.slim.configio import config_overrides, load_state_dict
 from fsdlite.slim.entries import iter_ints, path_name
 
-FAMILIES = ['segmentor', 'fsd', 'fsdv2', 'voxelnet', 'kpcnn', 'kpcnn_x']
+FAMILIES = ['segmentor', 'fsd', 'fsd_static', 'fsdv2', 'voxelnet', 'kpcnn', 'kpcnn_x']
 
 
 def rebuild(out):
