@@ -42,47 +42,9 @@ struct InputTable {
   TableView view() const { return TableView{slots.data(), mask}; }
 };
 
-// nbr[r, k] for output rows r < num_out whose cells are given by `cell(r, out)` (b, z, y, x); rows >= num_out
-// keep the dump value. Per offset k the input cell is o * scale + shift[k] (scale 1 for subm, else stride).
-template <typename CellFn>
-void fill_neighbours(int64_t num_out, const Geometry& g, bool subm, const TableView& table, int64_t dump,
-                     const CellFn& cell, int64_t* nbr) {
-  const int64_t kv = g.kernel_volume;
-  std::vector<int64_t> shift(3 * kv);
-  for (int64_t k = 0; k < kv; ++k) {
-    int64_t kzyx[3];
-    kernel_index(k, g.kernel, kzyx);
-    for (int a = 0; a < 3; ++a) {
-      shift[3 * k + a] = subm ? (kzyx[a] - g.kernel[a] / 2) * g.dilation[a] : kzyx[a] * g.dilation[a] - g.padding[a];
-    }
-  }
-  int64_t scale[3];
-  for (int a = 0; a < 3; ++a) scale[a] = subm ? 1 : g.stride[a];
-  at::parallel_for(0, num_out, kGrain, [&](int64_t begin, int64_t end) {
-    int64_t o[4];
-    std::vector<int64_t> keys(kv);
-    for (int64_t r = begin; r < end; ++r) {
-      cell(r, o);
-      const int64_t base[3] = {o[1] * scale[0], o[2] * scale[1], o[3] * scale[2]};
-      // Keys of all K cells first, prefetching their home slots, so that the table's cache misses overlap.
-      for (int64_t k = 0; k < kv; ++k) {
-        const int64_t* s = shift.data() + 3 * k;
-        const int64_t z = base[0] + s[0], y = base[1] + s[1], x = base[2] + s[2];
-        const bool inside = static_cast<uint64_t>(z) < static_cast<uint64_t>(g.in_shape[0]) &&
-                            static_cast<uint64_t>(y) < static_cast<uint64_t>(g.in_shape[1]) &&
-                            static_cast<uint64_t>(x) < static_cast<uint64_t>(g.in_shape[2]);
-        keys[k] = inside ? table_key(o[0], z, y, x, g.in_shape) : kEmpty;
-        if (inside) __builtin_prefetch(table.slots + home_slot(keys[k], table.mask));
-      }
-      int64_t* row = nbr + r * kv;
-      for (int64_t k = 0; k < kv; ++k) row[k] = keys[k] == kEmpty ? dump : table.find(keys[k], dump);
-    }
-  });
-}
-
 // Submanifold maps are symmetric: offsets k and K-1-k are opposite, so nbr[r, k] = j <=> nbr[j, K-1-k] = r, and
 // nbr[r, K/2] = r. Each row looks up the first half of the offsets only and writes both entries (every entry has
-// exactly one writer, so rows may be split among threads), which halves the table lookups of fill_neighbours.
+// exactly one writer, so rows may be split among threads): half the lookups of a K-offset scan per row.
 void fill_subm_symmetric(const int64_t* c, const Geometry& g, const TableView& table, int64_t dump, int64_t* nbr) {
   const int64_t kv = g.kernel_volume, half = kv / 2;
   std::vector<int64_t> shift(3 * half);
@@ -160,6 +122,37 @@ std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
   return unique;
 }
 
+// Neighbour map of a strided conv filled from the input side: every valid input voxel writes its row into the
+// (output row, offset) slots it feeds -- at most outputs_per_input(g) of them, against K lookups per output row
+// from the output side. A slot's input cell is o * stride - padding + k * dilation, so each slot has one writer
+// and input rows may be split among threads. `rows` maps output keys (encode) to rows < kept.
+void fill_from_inputs(const int64_t* c, const Geometry& g, const TableView& rows, int64_t kept, int64_t* nbr) {
+  const int64_t kv = g.kernel_volume;
+  at::parallel_for(0, g.num_valid, kGrain, [&](int64_t begin, int64_t end) {
+    int64_t out[3][1024], kidx[3][1024];  // per axis: reachable output coordinates and their kernel indices
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t* r = c + 4 * i;
+      int64_t count[3] = {0, 0, 0};
+      for (int a = 0; a < 3; ++a) {
+        for (int64_t kk = 0; kk < g.kernel[a]; ++kk) {
+          const int64_t o = output_coordinate(r[a + 1], kk, a, g);
+          if (o >= 0) {
+            out[a][count[a]] = o;
+            kidx[a][count[a]++] = kk;
+          }
+        }
+      }
+      for (int64_t z = 0; z < count[0]; ++z)
+        for (int64_t y = 0; y < count[1]; ++y)
+          for (int64_t x = 0; x < count[2]; ++x) {
+            const int64_t row = rows.find(encode(r[0], out[0][z], out[1][y], out[2][x], g.out_shape), kept);
+            if (row >= kept) continue;  // an output beyond max_out
+            nbr[row * kv + (kidx[0][z] * g.kernel[1] + kidx[1][y]) * g.kernel[2] + kidx[2][x]] = i;
+          }
+    }
+  });
+}
+
 ConvOutputs rulebook_conv_cpu(const at::Tensor& coors_, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
                               c10::IntArrayRef kernel_size, c10::IntArrayRef stride, c10::IntArrayRef padding,
                               c10::IntArrayRef dilation, int64_t max_out) {
@@ -172,18 +165,20 @@ ConvOutputs rulebook_conv_cpu(const at::Tensor& coors_, const at::Tensor& num_va
   at::Tensor out_coors = at::zeros({max_out, 4}, opts);
   at::Tensor nbr = at::full({max_out, g.kernel_volume}, vmax, opts);
   if (g.num_valid == 0) return {out_coors, at::zeros({}, opts), at::zeros({}, opts), nbr};
-  const InputTable table(coors, g, "rulebook_conv");
+  const InputTable inputs(coors, g, "rulebook_conv");  // rejects duplicate voxels
   const std::vector<int64_t> keys = output_keys(coors.data_ptr<int64_t>(), g);
   const int64_t total = static_cast<int64_t>(keys.size());
   const int64_t kept = std::min(total, max_out);
   int64_t* oc = out_coors.data_ptr<int64_t>();
-  fill_neighbours(
-      kept, g, false, table.view(), vmax,
-      [&](int64_t r, int64_t* o) {
-        decode(keys[r], g.out_shape, o);
-        std::copy(o, o + 4, oc + 4 * r);
-      },
-      nbr.data_ptr<int64_t>());
+  std::vector<Slot> rows(table_capacity(std::max<int64_t>(kept, 1)), Slot{kEmpty, 0});
+  const int64_t mask = static_cast<int64_t>(rows.size()) - 1;
+  for (int64_t r = 0; r < kept; ++r) {
+    decode(keys[r], g.out_shape, oc + 4 * r);
+    int64_t h = home_slot(keys[r], mask);
+    while (rows[h].key != kEmpty) h = (h + 1) & mask;  // keys are unique
+    rows[h] = Slot{keys[r], r};
+  }
+  fill_from_inputs(coors.data_ptr<int64_t>(), g, TableView{rows.data(), mask}, kept, nbr.data_ptr<int64_t>());
   return {out_coors, at::full({}, kept, opts), at::full({}, total - kept, opts), nbr};
 }
 
