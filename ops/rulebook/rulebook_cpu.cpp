@@ -204,40 +204,51 @@ at::Tensor rulebook_inverse_cpu(const at::Tensor& nbr_, int64_t num_rows) {
 PairOutputs rulebook_pairs_cpu(const at::Tensor& nbr_, int64_t num_in, int64_t capacity, int64_t tile) {
   check_pairs_args(nbr_, num_in, capacity, tile);
   const at::Tensor nbr = nbr_.contiguous();
-  const int64_t num_out = nbr.size(0), kv = nbr.size(1), num_tiles = capacity / tile;
+  const int64_t num_out = nbr.size(0), kv = nbr.size(1);
   const int64_t* n = nbr.data_ptr<int64_t>();
-  std::vector<int64_t> count(kv, 0), cursor(kv);
+  std::vector<int64_t> count(kv, 0), cursor(kv), tile_end(kv);
+  int64_t rows_used = 0;  // 1 + the last output row with a pair (padding rows at the end are skipped below)
   for (int64_t o = 0; o < num_out; ++o) {
     const int64_t* row = n + o * kv;
-    for (int64_t k = 0; k < kv; ++k) count[k] += row[k] < num_in;
+    int64_t real = 0;
+    for (int64_t k = 0; k < kv; ++k) {
+      const int64_t r = row[k] < num_in;
+      count[k] += r;
+      real += r;
+    }
+    if (real) rows_used = o + 1;
   }
   at::Tensor pairs = at::empty({3, capacity}, nbr.options());
   int64_t* ins = pairs.data_ptr<int64_t>();
   int64_t *outs = ins + capacity, *offsets = ins + 2 * capacity;
-  std::fill(ins, ins + capacity, num_in);
-  std::fill(outs, outs + capacity, num_out);
-  std::fill(offsets, offsets + capacity, 0);
   int64_t first_tile = 0, num_pairs = 0, num_placed = 0;
   for (int64_t k = 0; k < kv; ++k) {
     const int64_t tiles = ceil_div(count[k], tile);
-    cursor[k] = first_tile * tile;
-    for (int64_t t = first_tile; t < std::min(first_tile + tiles, num_tiles); ++t)
-      std::fill(offsets + t * tile, offsets + (t + 1) * tile, k);
+    cursor[k] = std::min(first_tile * tile, capacity);
+    tile_end[k] = std::min((first_tile + tiles) * tile, capacity);
+    std::fill(offsets + cursor[k], offsets + tile_end[k], k);
     num_pairs += count[k];
-    num_placed += std::clamp<int64_t>(capacity - cursor[k], 0, count[k]);
+    num_placed += tile_end[k] - cursor[k] < count[k] ? tile_end[k] - cursor[k] : count[k];
     first_tile += tiles;
   }
-  for (int64_t o = 0; o < num_out; ++o) {  // serial: keeps the output-row order within every offset
+  const int64_t used_end = std::min(first_tile * tile, capacity);
+  for (int64_t o = 0; o < rows_used; ++o) {  // serial: keeps the output-row order within every offset
+    const int64_t* row = n + o * kv;
     for (int64_t k = 0; k < kv; ++k) {
-      const int64_t i = n[o * kv + k];
-      if (i >= num_in) continue;
+      const int64_t i = row[k];
+      if (i >= num_in || cursor[k] >= tile_end[k]) continue;
       const int64_t pos = cursor[k]++;
-      if (pos < capacity) {
-        ins[pos] = i;
-        outs[pos] = o;
-      }
+      ins[pos] = i;
+      outs[pos] = o;
     }
   }
+  for (int64_t k = 0; k < kv; ++k) {  // unused rows of each offset's last tile, then the tiles no offset uses
+    std::fill(ins + cursor[k], ins + tile_end[k], num_in);
+    std::fill(outs + cursor[k], outs + tile_end[k], num_out);
+  }
+  std::fill(ins + used_end, ins + capacity, num_in);
+  std::fill(outs + used_end, outs + capacity, num_out);
+  std::fill(offsets + used_end, offsets + capacity, 0);
   const auto opts = nbr.options();
   return {pairs, at::full({}, num_pairs, opts), at::full({}, num_placed, opts)};
 }
