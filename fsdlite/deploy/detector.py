@@ -9,6 +9,8 @@ rulebooks, SIR / mixer, box head, the ``max_boxes`` best boxes).
 """
 import torch
 
+from fsdlite.models.detectors.static import dynamic_path
+
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
 from .bounds_io import merge_max, with_margin
 from .compare import match_detections, matched_rows_diff, tensor_diff
@@ -173,13 +175,9 @@ class DetectorAdapter(DeployAdapter):
 
     def reference(self, data):
         """The same detector's dynamic (eager, spconv) ``predict``."""
-        previous, self.model.static = self.model.static, False
-        try:
-            with torch.no_grad():
-                inputs = self.model.data_preprocessor(dict(inputs=dict(points=list(data))), False)['inputs']
-                return self.model(inputs, mode='predict')
-        finally:
-            self.model.static = previous
+        with torch.no_grad(), dynamic_path(self.model):
+            inputs = self.model.data_preprocessor(dict(inputs=dict(points=list(data))), False)['inputs']
+            return self.model(inputs, mode='predict')
 
     def compare_outputs(self, deployed, reference, pre):
         rows = []

@@ -15,12 +15,13 @@ Parameters without a spec that are used outside such layers get one *frozen* lab
 parametrised computation can only block slimming). Nothing about a model family is hard-coded here.
 """
 import collections
-import contextlib
 from dataclasses import dataclass, field
 from typing import List
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from fsdlite.models.detectors.static import dynamic_path
 
 from . import custom_rules  # noqa: F401  (registers the fsdlite op rules)
 from .labels import LabelStore
@@ -28,21 +29,6 @@ from .rules import is_float, rule_for
 from .specs import resolve_param, spec_for
 
 LABEL_ATTR = '_fsdlite_slim_label'
-
-
-@contextlib.contextmanager
-def dynamic_path(model):
-    """Run ``model`` on its dynamic path inside the block: a fixed-shape model (``static=True``) reads its sparse-conv
-    weights through functional rulebook convolutions, which layer hooks cannot see; both paths share the weights
-    and compute the same values, so the dynamic one is traced and counted (models without ``static``: no-op)."""
-    previous = getattr(model, 'static', False)
-    if previous:
-        model.static = False
-    try:
-        yield model
-    finally:
-        if previous:
-            model.static = previous
 
 
 class TraceError(RuntimeError):
@@ -257,8 +243,11 @@ def strip_labels(obj, seen=None):
 
 
 def trace_channels(model, data, mode='tensor'):
-    """Trace ``model(**data, mode=mode)`` (eval mode, no grad, :func:`dynamic_path`) and return the
-    :class:`ChannelTracer`.
+    """Trace ``model(**data, mode=mode)`` (eval mode, no grad) and return the :class:`ChannelTracer`.
+
+    A fixed-shape model is traced on its dynamic path (:func:`~fsdlite.models.detectors.static.dynamic_path`): its
+    rulebook convs read the sparse-conv weights functionally, which the layer hooks would see as unknown parameter
+    use (every backbone channel frozen).
 
     Args:
         model (nn.Module): an mmengine BaseModel (or any module taking ``inputs, data_samples, mode``).
@@ -288,4 +277,4 @@ def trace_channels(model, data, mode='tensor'):
     return tracer
 
 
-__all__ = ['dynamic_path', 'ChannelTracer', 'LeafRecord', 'TraceError', 'trace_channels', 'strip_labels', 'LABEL_ATTR']
+__all__ = ['ChannelTracer', 'LeafRecord', 'TraceError', 'trace_channels', 'strip_labels', 'LABEL_ATTR']

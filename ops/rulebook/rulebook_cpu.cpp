@@ -19,28 +19,36 @@ namespace {
 
 constexpr int64_t kGrain = 2048;  // output rows per parallel task at least
 
-// key -> row table of the valid input voxels; raises on a duplicate voxel.
-struct InputTable {
+// key -> value open-addressing table for n keys (the host side of TableView).
+struct KeyTable {
   std::vector<Slot> slots;
-  int64_t mask = 0;
+  int64_t mask;
 
-  InputTable(const at::Tensor& coors, const Geometry& g, const char* op) {
-    const int64_t cap = table_capacity(g.num_valid);
-    slots.assign(cap, Slot{kEmpty, 0});
-    mask = cap - 1;
-    const int64_t* c = coors.data_ptr<int64_t>();
-    for (int64_t i = 0; i < g.num_valid; ++i) {
-      const int64_t* r = c + 4 * i;
-      const int64_t key = table_key(r[0], r[1], r[2], r[3], g.in_shape);
-      int64_t h = home_slot(key, mask);
-      while (slots[h].key != kEmpty && slots[h].key != key) h = (h + 1) & mask;
-      if (slots[h].key == key) raise_duplicate(coors, slots[h].value, i, op);
-      slots[h] = Slot{key, i};
-    }
+  explicit KeyTable(int64_t n) : slots(table_capacity(n), Slot{kEmpty, 0}), mask(slots.size() - 1) {}
+
+  // Stores key -> value and returns -1, or returns the value already stored for key (nothing written).
+  int64_t insert(int64_t key, int64_t value) {
+    int64_t h = home_slot(key, mask);
+    while (slots[h].key != kEmpty && slots[h].key != key) h = (h + 1) & mask;
+    if (slots[h].key == key) return slots[h].value;
+    slots[h] = Slot{key, value};
+    return -1;
   }
 
   TableView view() const { return TableView{slots.data(), mask}; }
 };
+
+// key (table_key) -> row table of the valid input voxels; raises on a duplicate voxel.
+KeyTable input_table(const at::Tensor& coors, const Geometry& g, const char* op) {
+  KeyTable table(g.num_valid);
+  const int64_t* c = coors.data_ptr<int64_t>();
+  for (int64_t i = 0; i < g.num_valid; ++i) {
+    const int64_t* r = c + 4 * i;
+    const int64_t previous = table.insert(table_key(r[0], r[1], r[2], r[3], g.in_shape), i);
+    if (previous >= 0) raise_duplicate(coors, previous, i, op);
+  }
+  return table;
+}
 
 // Submanifold maps are symmetric: offsets k and K-1-k are opposite, so nbr[r, k] = j <=> nbr[j, K-1-k] = r, and
 // nbr[r, K/2] = r. Each row looks up the first half of the offsets only and writes both entries (every entry has
@@ -87,36 +95,40 @@ at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_val
   const int64_t vmax = coors.size(0);
   at::Tensor nbr = at::full({vmax, g.kernel_volume}, vmax, coors.options());
   if (g.num_valid == 0) return nbr;
-  const InputTable table(coors, g, "rulebook_subm");
+  const KeyTable table = input_table(coors, g, "rulebook_subm");
   fill_subm_symmetric(coors.data_ptr<int64_t>(), g, table.view(), vmax, nbr.data_ptr<int64_t>());
   return nbr;
 }
 
-// Sorted keys of every output cell reached by a valid input voxel.
-std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
-  const int64_t cap = table_capacity(g.num_valid * outputs_per_input(g)), mask = cap - 1;
-  std::vector<int64_t> set(cap, kEmpty), unique;
-  for (int64_t i = 0; i < g.num_valid; ++i) {
-    const int64_t* r = c + 4 * i;
-    int64_t cand[3][1024];  // per axis: output coordinates reachable from this voxel
-    int64_t count[3] = {0, 0, 0};
-    for (int a = 0; a < 3; ++a) {
-      for (int64_t kk = 0; kk < g.kernel[a]; ++kk) {
-        const int64_t o = output_coordinate(r[a + 1], kk, a, g);
-        if (o >= 0) cand[a][count[a]++] = o;
+// fn(output key (encode), offset k) for every output cell of a strided conv that input voxel r feeds.
+template <typename Fn>
+void for_each_output(const int64_t* r, const Geometry& g, const Fn& fn) {
+  int64_t out[3][1024], kidx[3][1024];  // per axis: reachable output coordinates and their kernel indices
+  int64_t count[3] = {0, 0, 0};
+  for (int a = 0; a < 3; ++a) {
+    for (int64_t kk = 0; kk < g.kernel[a]; ++kk) {
+      const int64_t o = output_coordinate(r[a + 1], kk, a, g);
+      if (o >= 0) {
+        out[a][count[a]] = o;
+        kidx[a][count[a]++] = kk;
       }
     }
-    for (int64_t z = 0; z < count[0]; ++z)
-      for (int64_t y = 0; y < count[1]; ++y)
-        for (int64_t x = 0; x < count[2]; ++x) {
-          const int64_t key = encode(r[0], cand[0][z], cand[1][y], cand[2][x], g.out_shape);
-          int64_t h = home_slot(key, mask);
-          while (set[h] != kEmpty && set[h] != key) h = (h + 1) & mask;
-          if (set[h] == kEmpty) {
-            set[h] = key;
-            unique.push_back(key);
-          }
-        }
+  }
+  for (int64_t z = 0; z < count[0]; ++z)
+    for (int64_t y = 0; y < count[1]; ++y)
+      for (int64_t x = 0; x < count[2]; ++x)
+        fn(encode(r[0], out[0][z], out[1][y], out[2][x], g.out_shape),
+           (kidx[0][z] * g.kernel[1] + kidx[1][y]) * g.kernel[2] + kidx[2][x]);
+}
+
+// Sorted keys of every output cell reached by a valid input voxel.
+std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
+  KeyTable seen(g.num_valid * outputs_per_input(g));
+  std::vector<int64_t> unique;
+  for (int64_t i = 0; i < g.num_valid; ++i) {
+    for_each_output(c + 4 * i, g, [&](int64_t key, int64_t) {
+      if (seen.insert(key, 0) < 0) unique.push_back(key);
+    });
   }
   std::sort(unique.begin(), unique.end());
   return unique;
@@ -129,26 +141,11 @@ std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
 void fill_from_inputs(const int64_t* c, const Geometry& g, const TableView& rows, int64_t kept, int64_t* nbr) {
   const int64_t kv = g.kernel_volume;
   at::parallel_for(0, g.num_valid, kGrain, [&](int64_t begin, int64_t end) {
-    int64_t out[3][1024], kidx[3][1024];  // per axis: reachable output coordinates and their kernel indices
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t* r = c + 4 * i;
-      int64_t count[3] = {0, 0, 0};
-      for (int a = 0; a < 3; ++a) {
-        for (int64_t kk = 0; kk < g.kernel[a]; ++kk) {
-          const int64_t o = output_coordinate(r[a + 1], kk, a, g);
-          if (o >= 0) {
-            out[a][count[a]] = o;
-            kidx[a][count[a]++] = kk;
-          }
-        }
-      }
-      for (int64_t z = 0; z < count[0]; ++z)
-        for (int64_t y = 0; y < count[1]; ++y)
-          for (int64_t x = 0; x < count[2]; ++x) {
-            const int64_t row = rows.find(encode(r[0], out[0][z], out[1][y], out[2][x], g.out_shape), kept);
-            if (row >= kept) continue;  // an output beyond max_out
-            nbr[row * kv + (kidx[0][z] * g.kernel[1] + kidx[1][y]) * g.kernel[2] + kidx[2][x]] = i;
-          }
+      for_each_output(c + 4 * i, g, [&](int64_t key, int64_t k) {
+        const int64_t row = rows.find(key, kept);
+        if (row < kept) nbr[row * kv + k] = i;  // else an output beyond max_out
+      });
     }
   });
 }
@@ -165,20 +162,17 @@ ConvOutputs rulebook_conv_cpu(const at::Tensor& coors_, const at::Tensor& num_va
   at::Tensor out_coors = at::zeros({max_out, 4}, opts);
   at::Tensor nbr = at::full({max_out, g.kernel_volume}, vmax, opts);
   if (g.num_valid == 0) return {out_coors, at::zeros({}, opts), at::zeros({}, opts), nbr};
-  const InputTable inputs(coors, g, "rulebook_conv");  // rejects duplicate voxels
+  input_table(coors, g, "rulebook_conv");  // rejects duplicate voxels (the map is filled from the inputs)
   const std::vector<int64_t> keys = output_keys(coors.data_ptr<int64_t>(), g);
   const int64_t total = static_cast<int64_t>(keys.size());
   const int64_t kept = std::min(total, max_out);
   int64_t* oc = out_coors.data_ptr<int64_t>();
-  std::vector<Slot> rows(table_capacity(std::max<int64_t>(kept, 1)), Slot{kEmpty, 0});
-  const int64_t mask = static_cast<int64_t>(rows.size()) - 1;
+  KeyTable rows(kept);  // output key (encode) -> row, for the kept outputs
   for (int64_t r = 0; r < kept; ++r) {
     decode(keys[r], g.out_shape, oc + 4 * r);
-    int64_t h = home_slot(keys[r], mask);
-    while (rows[h].key != kEmpty) h = (h + 1) & mask;  // keys are unique
-    rows[h] = Slot{keys[r], r};
+    rows.insert(keys[r], r);  // keys are unique
   }
-  fill_from_inputs(coors.data_ptr<int64_t>(), g, TableView{rows.data(), mask}, kept, nbr.data_ptr<int64_t>());
+  fill_from_inputs(coors.data_ptr<int64_t>(), g, rows.view(), kept, nbr.data_ptr<int64_t>());
   return {out_coors, at::full({}, kept, opts), at::full({}, total - kept, opts), nbr};
 }
 
@@ -228,7 +222,7 @@ PairOutputs rulebook_pairs_cpu(const at::Tensor& nbr_, int64_t num_in, int64_t c
     tile_end[k] = std::min((first_tile + tiles) * tile, capacity);
     std::fill(offsets + cursor[k], offsets + tile_end[k], k);
     num_pairs += count[k];
-    num_placed += tile_end[k] - cursor[k] < count[k] ? tile_end[k] - cursor[k] : count[k];
+    num_placed += std::min(tile_end[k] - cursor[k], count[k]);
     first_tile += tiles;
   }
   const int64_t used_end = std::min(first_tile * tile, capacity);

@@ -12,19 +12,14 @@ _LIDAR = {'val_dataloader.dataset.lidar.num_beams': 16, 'val_dataloader.dataset.
 _UNET = {'model.backbone.base_channels': 8, 'model.backbone.encoder_channels': ((8,), (16, 16), (16,)),
          'model.backbone.decoder_channels': ((16, 16, 16), (16, 16, 8), (8, 8, 8)),
          'model.voxel_encoder.feat_channels': (8, 8)}
+_FSD = dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
+                                'model.sir.block_channels': ((16, 16), (16, 16), (16, 16)),
+                                'model.sir.rel_channels': (8,), 'model.bbox_head.shared_channels': (32,)})
 FAMILIES = {
     'segmentor': ('configs/segmentation/sparse_segmentor_synthetic.py',
                   dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16, 16)})),
-    'fsd': ('configs/fsd/fsdlite_synthetic.py',
-            dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
-                                     'model.sir.block_channels': ((16, 16), (16, 16), (16, 16)),
-                                     'model.sir.rel_channels': (8,),
-                                     'model.bbox_head.shared_channels': (32,)})),
-    'fsd_static': ('configs/fsd/fsdlite_synthetic_static.py',   # fixed-shape mode: traced on its dynamic path
-                   dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
-                                            'model.sir.block_channels': ((16, 16), (16, 16), (16, 16)),
-                                            'model.sir.rel_channels': (8,),
-                                            'model.bbox_head.shared_channels': (32,)})),
+    'fsd': ('configs/fsd/fsdlite_synthetic.py', _FSD),
+    'fsd_static': ('configs/fsd/fsdlite_synthetic_static.py', _FSD),  # fixed-shape mode: traced on its dynamic path
     'fsdv2': ('configs/fsdv2/fsdv2lite_synthetic.py',
               dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
                                        'model.virtual_encoder.out_channels': 8,

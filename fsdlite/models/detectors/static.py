@@ -18,6 +18,7 @@ exporting, results are truncated deterministically and the counts come out as ``
 :meth:`StaticDetectorMixin.graph_bound_names`).  When no bound is exceeded the boxes and scores equal the dynamic
 mode's (tests/models/fsd/test_static_*.py).
 """
+import contextlib
 from typing import NamedTuple, Optional
 
 import torch
@@ -319,4 +320,21 @@ class StaticGraph(nn.Module):
         return tuple(out[k] for k in GRAPH_OUTPUTS)
 
 
-__all__ = ['StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'StaticDetectorMixin', 'StaticGraph']
+@contextlib.contextmanager
+def dynamic_path(model):
+    """Run ``model`` on its dynamic path inside the block (models without a ``static`` flag: no-op).
+
+    Both paths share the weights and compute the same values; the dynamic one sees no padding and calls its
+    sparse-conv layers as modules (the fixed-shape path reads their weights through functional rulebook convs).
+    """
+    previous = getattr(model, 'static', False)
+    if previous:
+        model.static = False
+    try:
+        yield model
+    finally:
+        if previous:
+            model.static = previous
+
+
+__all__ = ['dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'StaticDetectorMixin', 'StaticGraph']
