@@ -5,19 +5,21 @@ For every family one model at its configured widths (random weights, seed 0) is 
 
 * ``eager``  -- the original model's dynamic PyTorch inference (preprocessing, spconv / fsdlite.ops, NMS);
 * ``static`` -- the deploy pipeline with the graph run in PyTorch: pre-ops -> fixed-shape graph module -> post-ops;
-* ``ort``    -- the deploy pipeline as shipped (``DeployedModel``): pre-ops -> ONNX Runtime -> post-ops, with its
-  stage split.
+* ``ORT full`` -- the deploy pipeline on ``model.onnx`` (the full bounds): pre-ops -> ONNX Runtime -> post-ops;
+* ``ORT``    -- the deploy pipeline as shipped (``DeployedModel``), with its stage split: the detectors are exported
+  with capacity tiers (``--tiers``, fsdlite.deploy.tiers) and the input runs on the smallest tier graph it fits
+  (the ``tier`` column; 1 = model.onnx).
 
 The detectors are also timed slimmed (``--slim-width``, default 0.5): ``fsdlite.slim`` cuts the random-weight
 model's channels (same bounds, same frame) and the slim config + weights go through the same export.
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
-slower than eager (``eager / ort >= 1``).  ``--margin M`` replaces the configured bounds by the input's own needs
+slower than eager (``eager / ort >= 1``, ORT as shipped).  ``--margin M`` replaces the configured bounds by the input's own needs
 times M (the padding overhead of the fixed shapes at its smallest).
 
     python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--margin M] [--only fsd voxelnet ...]
-                                        [--slim-width W | --slim-width 0 (no slim rows)]
+                                        [--slim-width W | --slim-width 0 (no slim rows)] [--tiers S ... | --tiers]
 """
 import argparse
 import sys
@@ -54,10 +56,15 @@ def slim_case(case, width, work_dir):
     return dict(case, key=f'{case["key"]}_w{width:g}', config=slim.config_path, checkpoint=slim.checkpoint_path)
 
 
-def measure(case, repeat, warmup, threads, work_dir, margin=None):
+#: capacity tiers of the detector exports (fractions of the pre-op bounds)
+DEFAULT_TIERS = (0.4, 0.5, 0.6, 0.7, 0.85)
+
+
+def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
     """Export one case and time its three variants; returns a dict of milliseconds and the ORT stage split.
 
-    ``margin``: bounds measured on the input times ``margin`` instead of the configured / default ones.
+    ``margin``: bounds measured on the input times ``margin`` instead of the configured / default ones; ``tiers``:
+    capacity tier scales of the export (detectors).
     """
     checkpoint = case.get('checkpoint', 'random')
     from fsdlite.deploy import DeployedModel, export_model, prepare
@@ -72,8 +79,10 @@ def measure(case, repeat, warmup, threads, work_dir, margin=None):
         bounds = type(adapter).measure_bounds(adapter.model, frames[:1], margin)
         _, adapter, _, _ = prepare(case['config'], checkpoint, frames=frames, bounds=bounds)
     out_dir = Path(work_dir) / case['key']
-    result = export_model(case['config'], checkpoint, out_dir, frames=frames[:1], bounds=bounds)
+    result = export_model(case['config'], checkpoint, out_dir, frames=frames[:1], bounds=bounds,
+                          tiers=tiers if adapter.tier_bound_names else ())
     deployed = DeployedModel(out_dir, threads)
+    full = deployed.tiers[-1]
     adapter.load_host_state(deployed.info['host_state'])
     data = frames[0].data
 
@@ -81,18 +90,25 @@ def measure(case, repeat, warmup, threads, work_dir, margin=None):
         pre = adapter.pre_ops(data)
         return adapter.post_ops(adapter.run_torch_graph(pre.inputs), pre)
 
+    def ort_full():
+        pre = full.adapter.pre_ops(data)
+        return full.adapter.post_ops(full.graph(pre.inputs), pre)
+
     with torch.no_grad():
         times = dict(eager=h.time_call(lambda: adapter.reference(data), repeat, warmup),
                      static=h.time_call(static, repeat, warmup),
+                     ort_full=h.time_call(ort_full, repeat, warmup),
                      ort=h.time_call(lambda: deployed.run(data), repeat, warmup))
     stages = {k: [] for k in ('pre_ops', 'graph', 'post_ops')}
     for _ in range(max(repeat, 1)):
         for k, v in deployed.run(data).seconds.items():
             stages[k].append(v)
     split = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in stages.items()}
-    match = adapter.compare_results(deployed.run(data).results, adapter.reference(data))
+    out = deployed.run(data)
+    match = adapter.compare_results(out.results, adapter.reference(data))
     return dict(ms={k: v * 1e3 for k, v in times.items()}, ort_split_ms=split, nodes=result.summary.num_nodes,
-                mib=result.info['graph']['bytes'] / 2**20, same=match.same, input=frames[0].name, bounds=bounds)
+                mib=result.info['graph']['bytes'] / 2**20, same=match.same, input=frames[0].name, bounds=bounds,
+                tier=out.tier, tiers=[t.scale for t in deployed.tiers])
 
 
 def main(argv=None):
@@ -106,6 +122,8 @@ def main(argv=None):
                         help='run only these models')
     parser.add_argument('--slim-width', type=float, default=0.5,
                         help='also time the detectors slimmed to this width (0: no slim rows)')
+    parser.add_argument('--tiers', type=float, nargs='*', default=DEFAULT_TIERS, metavar='SCALE',
+                        help=f'capacity tiers of the detector exports (default {DEFAULT_TIERS}; none: --tiers)')
     args = parser.parse_args(argv)
     if not 0 <= args.slim_width <= 1:
         parser.error(f'--slim-width must be in [0, 1], got {args.slim_width}')
@@ -116,12 +134,18 @@ def main(argv=None):
         parser.error(f'--repeat must be >= 1, got {repeat}')
     if args.margin is not None and args.margin < 1:
         parser.error(f'--margin must be >= 1, got {args.margin}')
+    from fsdlite.deploy.tiers import check_tier_scales
+    try:
+        tiers = check_tier_scales(args.tiers)
+    except ValueError as exc:
+        parser.error(f'--{exc}')
     warmup = 1 if args.quick else 2
     torch.set_num_threads(args.threads)
     import onnxruntime
     print(f'torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, {args.threads} thread(s), median of '
           f'{repeat} runs after {warmup} warm-up, random weights at configured widths, batch 1, bounds '
-          + (f'= input needs x {args.margin}' if args.margin else 'as configured (else measured x 1.5)'))
+          + (f'= input needs x {args.margin}' if args.margin else 'as configured (else measured x 1.5)')
+          + f', detector capacity tiers {tiers or "none"}')
     rows, payload = [], {}
     with tempfile.TemporaryDirectory(prefix='fsdlite-deploy-bench-') as work_dir:
         cases = []
@@ -132,15 +156,16 @@ def main(argv=None):
             if case['frame'] and args.slim_width:
                 cases.append((f'{name} w{args.slim_width:g}', slim_case(case, args.slim_width, work_dir)))
         for name, case in cases:
-            r = measure(case, repeat, warmup, args.threads, work_dir, args.margin)
+            r = measure(case, repeat, warmup, args.threads, work_dir, args.margin, tiers)
             ms, split = r['ms'], r['ort_split_ms']
-            rows.append([name, r['input'], f'{ms["eager"]:.1f}', f'{ms["static"]:.1f}', f'{ms["ort"]:.1f}',
+            rows.append([name, r['input'], f'{ms["eager"]:.1f}', f'{ms["static"]:.1f}', f'{ms["ort_full"]:.1f}',
+                         f'{ms["ort"]:.1f}', f'{r["tier"]:g}',
                          f'{split["pre_ops"]:.1f} / {split["graph"]:.1f} / {split["post_ops"]:.1f}',
-                         f'{ms["eager"] / ms["ort"]:.2f}x', f'{ms["static"] / ms["ort"]:.2f}x',
+                         f'{ms["eager"] / ms["ort_full"]:.2f}x', f'{ms["eager"] / ms["ort"]:.2f}x',
                          'yes' if r['same'] else 'NO'])
             payload[case['key']] = r
-    h.print_table(['model', 'input', 'eager ms', 'static ms', 'ORT ms', 'ORT pre/graph/post ms', 'eager/ORT',
-                   'static/ORT', 'same result'], rows)
+    h.print_table(['model', 'input', 'eager ms', 'static ms', 'ORT full ms', 'ORT ms', 'tier', 'ORT pre/graph/post ms',
+                   'eager/ORT full', 'eager/ORT', 'same result'], rows)
     slower = [k for k, r in payload.items() if r['ms']['ort'] > r['ms']['eager']]
     print('target (ORT not slower than eager): ' + ('met for all' if not slower else f'NOT met for {slower}'))
     h.print_result(dict(benchmark='deploy_latency', threads=args.threads, repeat=repeat, margin=args.margin,

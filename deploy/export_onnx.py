@@ -1,14 +1,16 @@
 #!/usr/bin/env python
 """Export a config of any family (FSD-lite / FSDv2-lite, VoxelNet, KPFCNN) to a fixed-shape plain-ONNX deploy folder.
 
-    python deploy/export_onnx.py CONFIG CHECKPOINT --out DIR [--bounds FILE] [--batch-size B]
+    python deploy/export_onnx.py CONFIG CHECKPOINT --out DIR [--bounds FILE] [--batch-size B] [--tiers S ...]
 
 Writes ``DIR/model.onnx`` (opset >= 18, standard ONNX ops only, static shapes; the export fails when a custom
 domain, a data-dependent op such as NonZero/Unique, or a dynamic shape appears), ``DIR/deploy.json`` (bounds,
 inputs/outputs and their meaning, what runs outside the graph), ``DIR/config.py`` and ``DIR/report.md``, and
 prints the report.  CHECKPOINT may be ``random`` (seeded random weights, for smoke tests).  Bounds: ``--bounds``
 (JSON or ``tools/collect_bounds.py --out`` snippet) > the config's ``model.bounds`` > measured on the family's
-frames with ``--margin``.  Exit status: 0 deployable, 1 graph not deployable or ORT differs, 2 set-up error.
+frames with ``--margin``.  ``--tiers 0.4 0.6`` also writes capacity-tier graphs (detectors: the pre-op bounds
+times each scale; the runtime runs each frame on the smallest tier it fits, fsdlite.deploy.tiers).
+Exit status: 0 deployable, 1 graph not deployable or ORT differs, 2 set-up error.
 """
 import argparse
 import os.path as osp
@@ -39,6 +41,8 @@ def parse_args(argv=None):
     parser.add_argument('--opset', type=int, default=DEFAULT_OPSET, help=f'ONNX opset (>= {DEFAULT_OPSET})')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
                         help='override config entries (keys must exist), e.g. model.backbone.channels="(8,16)"')
+    parser.add_argument('--tiers', type=float, nargs='+', default=(), metavar='SCALE',
+                        help='capacity tiers: also export graphs with the pre-op bounds times each SCALE in (0, 1)')
     parser.add_argument('--verbose', action='store_true', help="show the ONNX exporter's messages")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
@@ -55,7 +59,8 @@ def main(argv=None):
     parser, args = parse_args(argv)
     try:
         result = export_model(args.config, args.checkpoint, args.out, args.bounds, args.cfg_options,
-                              args.batch_size, args.margin, args.data_root, opset=args.opset, verbose=args.verbose)
+                              args.batch_size, args.margin, args.data_root, opset=args.opset, verbose=args.verbose,
+                              tiers=args.tiers)
     except DeployGraphError as exc:
         print(f'{parser.prog}: NOT DEPLOYABLE ({args.out}/report.md): {exc}', file=sys.stderr)
         return 1
@@ -63,10 +68,12 @@ def main(argv=None):
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
     print((result.out_dir / 'report.md').read_text())
     bad = [d.name for d in result.diffs if not d.ok]
+    bad += [f'{t.entry["onnx"]}:{d.name}' for t in result.tiers for d in t.diffs if not d.ok]
     if bad:
         print(f'{parser.prog}: ONNX Runtime differs from PyTorch beyond tolerance on {bad}', file=sys.stderr)
         return 1
-    print(f'wrote {result.out_dir}/model.onnx, deploy.json, config.py, report.md')
+    tiers = ''.join(f'{t.entry["onnx"]}, ' for t in result.tiers)
+    print(f'wrote {result.out_dir}/model.onnx, {tiers}deploy.json, config.py, report.md')
     return 0
 
 

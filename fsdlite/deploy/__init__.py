@@ -3,6 +3,8 @@
 * :func:`~fsdlite.deploy.exporter.export_model` writes a deploy folder (model.onnx, deploy.json, config.py,
   report.md); ``deploy/export_onnx.py`` is its command line;
 * :class:`~fsdlite.deploy.runtime.DeployedModel` chains pre-ops -> ONNX Runtime -> post-ops in one call;
+* :mod:`~fsdlite.deploy.tiers`: optional capacity tiers, extra fixed-shape graphs at smaller pre-op bounds, the
+  runtime running each input on the smallest that holds it;
 * :mod:`~fsdlite.deploy.graph_checks` enforces standard ONNX ops, no data-dependent ops, static shapes;
 * :func:`~fsdlite.deploy.verify.verify_deploy` compares a deploy folder with PyTorch (``deploy/verify_onnx.py``);
 * :mod:`~fsdlite.deploy.tensorrt` builds a TensorRT engine where TensorRT and a GPU exist (``deploy/build_trt.py``);

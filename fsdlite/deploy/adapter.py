@@ -64,6 +64,8 @@ class DeployAdapter:
     family = ''
     model_types = ()
     bounds_have_margin = True  #: measured bounds are scaled by a margin (False: they are exact input shapes)
+    #: bounds the pre-ops alone decide (scaled by capacity tiers, ``fsdlite.deploy.tiers``); empty: no tiers
+    tier_bound_names = ()
 
     def __init__(self, model, bounds, batch_size=1):
         if isinstance(batch_size, bool) or int(batch_size) < 1:
@@ -126,8 +128,18 @@ class DeployAdapter:
         """Apply :meth:`host_state` output (runtime side)."""
 
     # ----------------------------------------------------------------------------- running
+    def prepare_input(self, data):
+        """The part of the pre-ops that does not depend on the bounds (shared by the capacity tiers); its result
+        is accepted by :meth:`pre_ops` and :meth:`may_fit` in place of the raw data.  Default: the data itself."""
+        return data
+
+    def may_fit(self, prepared):
+        """False when :meth:`prepare_input`'s result certainly exceeds a pre-op bound (the tier is skipped without
+        running its pre-ops).  Default: True."""
+        return True
+
     def pre_ops(self, data):
-        """:class:`PreOpsResult` for one batch of raw data."""
+        """:class:`PreOpsResult` for one batch of raw data (or of :meth:`prepare_input`'s result)."""
         raise NotImplementedError
 
     def post_ops(self, outputs, pre):

@@ -7,6 +7,8 @@ rotated BEV NMS (``fsdlite.ops.batched_nms_bev``).  Inside: the detector's ``for
 UNet with spconv's weights, seg/vote head, per-class top-k foreground, grouping or virtual voxels with in-graph
 rulebooks, SIR / mixer, box head, the ``max_boxes`` best boxes).
 """
+from typing import NamedTuple
+
 import torch
 
 from fsdlite.models.detectors.static import dynamic_path
@@ -43,6 +45,12 @@ OUTPUTS = {
 TOLERANCE = 1e-4  # abs, on logits and regressions (float32 graph vs float32 PyTorch)
 
 
+class PreprocessedClouds(NamedTuple):
+    """The data preprocessor's output for one batch (range filter, voxel hashing): ``inputs`` dict (``points``
+    (n, C), ``batch`` (n,), ``voxel_coors`` (v, 4), ``point2voxel`` (n,)) -- the bound-independent pre-ops."""
+    inputs: dict
+
+
 class DetectorGraph(GraphModule):
     """``forward(points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs)`` -> the outputs of
     :data:`OUTPUTS` in order (``instance_labels`` only when the detector groups per class); overflow truncates
@@ -69,6 +77,7 @@ class DetectorAdapter(DeployAdapter):
     """
 
     family = 'detector'
+    tier_bound_names = ('max_points', 'max_voxels', 'max_pairs')
 
     def __init__(self, model, bounds, batch_size=1):
         if not getattr(model, 'static', False):
@@ -153,12 +162,26 @@ class DetectorAdapter(DeployAdapter):
             post_ops=['rotated BEV NMS per sample and class (fsdlite.ops.batched_nms_bev, test_cfg of bbox_head)'])
 
     # ------------------------------------------------------------------ running
-    def pre_ops(self, data):
+    def prepare_input(self, data):
+        """:class:`PreprocessedClouds` of a list of B point clouds (passed through when already prepared)."""
+        if isinstance(data, PreprocessedClouds):
+            return data
         clouds = list(data)
         if len(clouds) != self.batch_size:
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
         with torch.no_grad():
-            inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
+            return PreprocessedClouds(self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs'])
+
+    def may_fit(self, prepared):
+        """False when the batch has more points than ``max_points`` or voxels than ``max_voxels[0]``."""
+        inputs = self.prepare_input(prepared).inputs
+        voxels = self.bounds['max_voxels']
+        voxels = voxels[0] if isinstance(voxels, (list, tuple)) else voxels
+        return inputs['points'].shape[0] <= self.bounds['max_points'] and inputs['voxel_coors'].shape[0] <= voxels
+
+    def pre_ops(self, data):
+        inputs = self.prepare_input(data).inputs
+        with torch.no_grad():
             si = self.model.static_inputs(inputs, strict=False)
         self._num_maps = len(si.nbrs)
         names = list(FIXED_INPUTS) + [f'nbr_{i:02d}' for i in range(len(si.nbrs))]

@@ -2,7 +2,8 @@
 
 ``DIR/model.onnx`` (one file, opset >= 18, standard ONNX ops only, static shapes), ``DIR/deploy.json``
 (bounds, input/output names and meanings, what runs outside the graph, graph summary), ``DIR/config.py`` (the
-model config the runtime builds its pre/post-ops from) and ``DIR/report.md``.
+model config the runtime builds its pre/post-ops from) and ``DIR/report.md``; with capacity tiers
+(:mod:`fsdlite.deploy.tiers`) also ``DIR/model_tier<scale>.onnx``, one fixed-shape graph per tier.
 """
 import json
 import time
@@ -15,15 +16,26 @@ from .adapter import adapter_class
 from .bounds_io import load_bounds_file
 from .graph_checks import check_graph
 from .onnx_io import DEFAULT_OPSET, OrtGraph, export_graph
+from .tiers import check_tier_scales, scaled_bounds
 
 FORMAT = 'fsdlite-deploy/1'
 
 
 class ExportResult(NamedTuple):
     """What :func:`export_model` produced: ``out_dir``, ``info`` (the deploy.json dict), ``summary``
-    (:class:`~fsdlite.deploy.graph_checks.GraphSummary`), ``diffs`` (ONNX Runtime vs PyTorch on the example)."""
+    (:class:`~fsdlite.deploy.graph_checks.GraphSummary`), ``diffs`` (ONNX Runtime vs PyTorch on the example) and
+    ``tiers`` (one :class:`TierExport` per capacity tier)."""
     out_dir: Path
     info: dict
+    summary: object
+    diffs: list
+    tiers: list = []
+
+
+class TierExport(NamedTuple):
+    """One exported capacity tier: ``entry`` (its deploy.json entry: scale, onnx, bounds, nodes, bytes,
+    example_fits), ``summary`` (GraphSummary) and ``diffs`` (ONNX Runtime vs PyTorch on the example)."""
+    entry: dict
     summary: object
     diffs: list
 
@@ -102,8 +114,39 @@ def prepare(config, checkpoint, bounds_file=None, cfg_options=None, batch_size=1
     return cfg, cls(model, bounds, batch_size), frames, source
 
 
+def export_graph_checked(adapter, example, path, opset=DEFAULT_OPSET, verbose=False):
+    """Export ``adapter``'s graph module traced on ``example`` (PreOpsResult) to ``path``, check it and, when it
+    is deployable, compare ONNX Runtime with PyTorch on the example: ``(seconds, summary, diffs)``."""
+    with adapter.export_context():
+        seconds = export_graph(adapter.graph_module(), tuple(example.inputs.values()), path, list(example.inputs),
+                               list(adapter.output_meanings()), opset, verbose)
+    summary = check_graph(path)
+    diffs = []
+    if summary.ok:
+        deployed = OrtGraph(path)(example.inputs)
+        diffs = adapter.compare_outputs(deployed, adapter.run_torch_graph(example.inputs), example)
+    return seconds, summary, diffs
+
+
+def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verbose=False):
+    """Export the capacity tier ``scale`` of ``adapter`` (same weights; its ``tier_bound_names`` bounds times
+    ``scale``) traced on ``example`` (raw data) to ``out_dir/model_tier<scale>.onnx``; returns :class:`TierExport`."""
+    cls = type(adapter)
+    bounds = scaled_bounds(adapter.bounds, cls.tier_bound_names, scale)
+    model = build_model(cls.prepare_config(_plain(cfg.model), bounds))
+    model.load_state_dict(adapter.model.state_dict(), strict=True)
+    tier = cls(model, bounds, adapter.batch_size)
+    tier.load_host_state(adapter.host_state())
+    pre = tier.pre_ops(example)
+    path = Path(out_dir) / f'model_tier{scale:g}.onnx'
+    _, summary, diffs = export_graph_checked(tier, pre, path, opset, verbose)
+    entry = dict(scale=scale, onnx=path.name, bounds=bounds, nodes=summary.num_nodes, bytes=path.stat().st_size,
+                 example_fits=not any(pre.dropped.values()))
+    return TierExport(entry, summary, diffs)
+
+
 def export_model(config, checkpoint, out_dir, bounds_file=None, cfg_options=None, batch_size=1, margin=1.5,
-                 data_root=None, frames=None, opset=DEFAULT_OPSET, verbose=False, bounds=None):
+                 data_root=None, frames=None, opset=DEFAULT_OPSET, verbose=False, bounds=None, tiers=()):
     """Export ``config`` + ``checkpoint`` to ``out_dir`` (see the module docstring).
 
     Args:
@@ -121,16 +164,21 @@ def export_model(config, checkpoint, out_dir, bounds_file=None, cfg_options=None
         opset (int): ONNX opset (>= 18).
         verbose (bool): exporter progress messages.
         bounds (dict, optional): the bounds themselves (take precedence over ``bounds_file``).
+        tiers (Sequence[float]): capacity tier scales in (0, 1) (:mod:`fsdlite.deploy.tiers`; detectors only).
     Returns:
         ExportResult
     Raises:
         DeployGraphError: the graph is not deployable (after writing the report).
     """
     from .graph_checks import DeployGraphError
+    scales = check_tier_scales(tiers)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg, adapter, frames, source = prepare(config, checkpoint, bounds_file, cfg_options, batch_size, margin,
                                            data_root, frames, bounds)
+    if scales and not adapter.tier_bound_names:
+        raise ValueError(f'tiers: {cfg.model["type"]} has no pre-op bounds to scale (capacity tiers are for the '
+                         f'detectors), got tiers={list(tiers)}')
     if not frames:
         raise ValueError(f'no example input for {cfg.model["type"]}: the config has no dataset and no real frame '
                          'was found (pass frames / --data-root)')
@@ -138,22 +186,18 @@ def export_model(config, checkpoint, out_dir, bounds_file=None, cfg_options=None
     pre = adapter.pre_ops(frames[0].data)
     pre_seconds = time.perf_counter() - start
     path = out_dir / 'model.onnx'
-    names_in, names_out = list(pre.inputs), list(adapter.output_meanings())
-    with adapter.export_context():
-        seconds = export_graph(adapter.graph_module(), tuple(pre.inputs.values()), path, names_in, names_out, opset,
-                               verbose)
-    summary = check_graph(path)
-    diffs = []
-    if summary.ok:
-        deployed = OrtGraph(path)(pre.inputs)
-        diffs = adapter.compare_outputs(deployed, adapter.run_torch_graph(pre.inputs), pre)
+    seconds, summary, diffs = export_graph_checked(adapter, pre, path, opset, verbose)
+    tier_exports = [export_tier(cfg, adapter, s, frames[0].data, out_dir, opset, verbose) for s in scales]
     info = deploy_info(cfg, adapter, checkpoint, source, summary, path, seconds, frames[0], pre, pre_seconds)
+    if tier_exports:
+        info['tiers'] = [t.entry for t in tier_exports]
     cfg.dump(str(out_dir / 'config.py'))
     (out_dir / 'deploy.json').write_text(json.dumps(info, indent=1))
-    (out_dir / 'report.md').write_text(report_text(info, summary, diffs))
-    if not summary.ok:
-        raise DeployGraphError('the exported graph is not deployable:\n  - ' + '\n  - '.join(summary.problems))
-    return ExportResult(out_dir, info, summary, diffs)
+    (out_dir / 'report.md').write_text(report_text(info, summary, diffs, tier_exports))
+    problems = summary.problems + [f'{t.entry["onnx"]}: {p}' for t in tier_exports for p in t.summary.problems]
+    if problems:
+        raise DeployGraphError('the exported graph is not deployable:\n  - ' + '\n  - '.join(problems))
+    return ExportResult(out_dir, info, summary, diffs, tier_exports)
 
 
 def deploy_info(cfg, adapter, checkpoint, source, summary, path, seconds, frame, pre, pre_seconds):
@@ -180,7 +224,7 @@ def deploy_info(cfg, adapter, checkpoint, source, summary, path, seconds, frame,
                     example_dropped=pre.dropped, torch=torch.__version__, onnx=onnx.__version__))
 
 
-def report_text(info, summary, diffs):
+def report_text(info, summary, diffs, tier_exports=()):
     """A short human-readable export report (Markdown)."""
     lines = [f'# Deploy export: {info["model_type"]} ({info["family"]})', '',
              f'- checkpoint: {info["checkpoint"]}; batch size {info["batch_size"]}',
@@ -199,8 +243,18 @@ def report_text(info, summary, diffs):
         lines += ['', f'## ONNX Runtime vs PyTorch on the example ({info["export"]["example"]})', '',
                   '| output | compared | max abs | max rel | tolerance |', '|---|---|---|---|---|']
         lines += [f'| {d.name} | {d.compared} | {d.max_abs:.2e} | {d.max_rel:.2e} | {d.tolerance} |' for d in diffs]
+    if tier_exports:
+        lines += ['', '## Capacity tiers (the runtime picks the smallest whose pre-op bounds hold)', '',
+                  '| scale | graph | nodes | deployable | example fits | worst output vs PyTorch (max abs) | ok |',
+                  '|---|---|---|---|---|---|---|']
+        for t in tier_exports:
+            worst = max(t.diffs, key=lambda d: d.max_abs, default=None)
+            lines.append(f'| {t.entry["scale"]:g} | {t.entry["onnx"]} | {t.entry["nodes"]} | '
+                         f'{"yes" if t.summary.ok else "NO"} | {"yes" if t.entry["example_fits"] else "no"} | '
+                         f'{f"{worst.name} {worst.max_abs:.2e}" if worst else "-"} | '
+                         f'{"yes" if all(d.ok for d in t.diffs) else "NO"} |')
     return '\n'.join(lines) + '\n'
 
 
-__all__ = ['FORMAT', 'ExportResult', 'as_config', 'build_model', 'resolve_bounds', 'prepare', 'export_model',
-           'deploy_info', 'report_text']
+__all__ = ['FORMAT', 'ExportResult', 'TierExport', 'as_config', 'build_model', 'resolve_bounds', 'prepare',
+           'export_graph_checked', 'export_tier', 'export_model', 'deploy_info', 'report_text']

@@ -4,6 +4,10 @@
     model = DeployedModel('deploy_out/fsd')            # reads deploy.json, config.py, model.onnx
     samples = model([points])                           # list of Det3DDataSample, as the PyTorch model predicts
     out = model.run([points]); out.dropped              # also graph outputs, dropped counts, stage times
+    out.tier                                            # capacity tier that ran (1.0: model.onnx's bounds)
+
+A folder exported with capacity tiers (``--tiers``, :mod:`fsdlite.deploy.tiers`) runs each input on the smallest
+tier graph whose pre-op bounds hold for it.
 
 The pre/post-ops are the model family's own (voxel hashing, rulebooks, neighbour search, NMS), built from
 ``config.py`` without weights: the weights live in the graph.
@@ -16,17 +20,20 @@ from typing import NamedTuple
 from .adapter import adapter_class
 from .exporter import FORMAT
 from .onnx_io import OrtGraph
+from .tiers import Tier, select_tier
 
 
 class DeployOutput(NamedTuple):
     """One deployed run: ``results`` (final predictions), ``outputs`` (graph outputs by name), ``dropped``
     (bound name -> items dropped because the bound was exceeded, pre-ops and graph; all 0 when bounds hold),
-    ``seconds`` (``pre_ops``, ``graph``, ``post_ops``) and ``pre`` (the pre-ops result)."""
+    ``seconds`` (``pre_ops``, ``graph``, ``post_ops``), ``pre`` (the pre-ops result) and ``tier`` (the capacity
+    tier's scale; 1.0: ``model.onnx``)."""
     results: list
     outputs: dict
     dropped: dict
     seconds: dict
     pre: object
+    tier: float = 1.0
 
 
 def read_deploy_info(directory):
@@ -38,19 +45,25 @@ def read_deploy_info(directory):
     info = json.loads(path.read_text())
     if info.get('format') != FORMAT:
         raise ValueError(f'{path}: format {info.get("format")!r} is not {FORMAT!r}; re-export the model')
-    for key in ('onnx', 'config'):
-        if not (directory / info[key]).is_file():
-            raise FileNotFoundError(f'{directory / info[key]} is missing (deploy.json names it as {key})')
+    files = [(key, info[key]) for key in ('onnx', 'config')]
+    files += [(f'tiers[{i}].onnx', tier['onnx']) for i, tier in enumerate(info.get('tiers', []))]
+    for key, name in files:
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f'{directory / name} is missing (deploy.json names it as {key})')
     return info
 
 
-def build_host(directory, info):
-    """The adapter whose model provides the pre/post-ops (config of the folder, random weights: unused)."""
+def build_host(directory, info, bounds=None):
+    """The adapter whose model provides the pre/post-ops (config of the folder, random weights: unused), for the
+    folder's bounds or the given ``bounds`` (a capacity tier's)."""
     from mmengine.config import Config
 
     from .exporter import build_model
     cfg = Config.fromfile(str(Path(directory) / info['config']))
-    adapter = adapter_class(info['model_type'])(build_model(cfg.model), info['bounds'], info['batch_size'])
+    cls = adapter_class(info['model_type'])
+    bounds = info['bounds'] if bounds is None else bounds
+    model_cfg = cls.prepare_config(cfg.model.to_dict() if hasattr(cfg.model, 'to_dict') else dict(cfg.model), bounds)
+    adapter = cls(build_model(model_cfg), bounds, info['batch_size'])
     adapter.load_host_state(info.get('host_state', {}))
     return adapter
 
@@ -68,6 +81,9 @@ class DeployedModel:
         self.info = read_deploy_info(self.directory)
         self.adapter = build_host(self.directory, self.info)
         self.graph = OrtGraph(self.directory / self.info['onnx'], threads)
+        self.tiers = [Tier(t['scale'], t['bounds'], build_host(self.directory, self.info, t['bounds']),
+                           OrtGraph(self.directory / t['onnx'], threads)) for t in self.info.get('tiers', [])]
+        self.tiers.append(Tier(1.0, self.info['bounds'], self.adapter, self.graph))
 
     @property
     def batch_size(self):
@@ -77,19 +93,20 @@ class DeployedModel:
     def run(self, data):
         """Pre-ops -> graph -> post-ops on one batch of raw data (the family's format); returns DeployOutput."""
         t0 = time.perf_counter()
-        pre = self.adapter.pre_ops(data)
+        tier, pre = select_tier(self.tiers, data)
         t1 = time.perf_counter()
-        outputs = self.graph(pre.inputs)
+        outputs = tier.graph(pre.inputs)
         t2 = time.perf_counter()
-        results = self.adapter.post_ops(outputs, pre)
+        results = tier.adapter.post_ops(outputs, pre)
         t3 = time.perf_counter()
-        dropped = dict(pre.dropped, **self.adapter.graph_dropped(outputs))
+        dropped = dict(pre.dropped, **tier.adapter.graph_dropped(outputs))
         exceeded = {k: v for k, v in dropped.items() if v}
         if exceeded:
             from mmengine.logging import print_log
             print_log(f'DeployedModel: bounds exceeded, items dropped: {exceeded} (raise the bounds and re-export)',
                       logger='current', level=30)
-        return DeployOutput(results, outputs, dropped, dict(pre_ops=t1 - t0, graph=t2 - t1, post_ops=t3 - t2), pre)
+        return DeployOutput(results, outputs, dropped, dict(pre_ops=t1 - t0, graph=t2 - t1, post_ops=t3 - t2), pre,
+                            tier.scale)
 
     def __call__(self, data):
         """Final predictions of one batch (list of data samples)."""

@@ -17,6 +17,9 @@ near-tie (a threshold, top-k or cluster link) that ONNX Runtime and float64 deci
 printed.  Otherwise, when float64 lands more than :data:`FLOAT64_SAME_BRANCH` from PyTorch float32, the float64
 run took other discrete decisions than both and cannot judge: the output fails.
 
+A folder with capacity tiers (:mod:`fsdlite.deploy.tiers`) is checked on the tier each input runs on, against the
+PyTorch graph with that tier's bounds.
+
 A frame whose data exceeds a bound is reported with the dropped counts; its final predictions are not expected to
 match (truncation), so they do not count as a mismatch.  Where a bound raises instead of truncating (the pre-ops'
 deeper UNet levels; in-graph rulebook levels when the graph runs eagerly in PyTorch), the frame is reported as
@@ -40,7 +43,8 @@ class FrameCheck(NamedTuple):
     ``match`` :class:`~fsdlite.deploy.compare.Match` of the final predictions vs the eager model (None on error);
     ``dropped`` dict bound name -> items dropped (pre-ops and graph); ``seconds`` deployed stage times;
     ``error`` str ('' when the frame ran): the bound that raised; ``fp64`` dict output name ->
-    ``(ort_vs_float64, torch_float32_vs_float64)`` max abs distances, for outputs beyond their tolerance.
+    ``(ort_vs_float64, torch_float32_vs_float64)`` max abs distances, for outputs beyond their tolerance;
+    ``tier`` the capacity tier that ran (1.0: ``model.onnx``).
     """
     name: str
     source: str
@@ -50,6 +54,7 @@ class FrameCheck(NamedTuple):
     seconds: dict
     error: str = ''
     fp64: dict = {}
+    tier: float = 1.0
 
     def output_ok(self, diff):
         """Within tolerance, or no farther from float64 than PyTorch float32 is (see the module docstring)."""
@@ -75,7 +80,7 @@ class FrameCheck(NamedTuple):
         return all(self.output_ok(d) for d in self.diffs) and (self.exceeded or bool(self.match and self.match.same))
 
 
-def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None):
+def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None, bounds=None):
     """The adapter with the PyTorch weights of a deploy folder, and its verification frames.
 
     Args:
@@ -85,6 +90,7 @@ def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=N
             seeded random weights the export used).
         data_root (str, optional): folder of the real frames.
         frames (list[Frame], optional): inputs to verify on (default: the adapter's).
+        bounds (dict, optional): bounds of the graph (default: the folder's; a capacity tier's).
     Returns:
         ``(adapter, frames)``
     """
@@ -93,27 +99,30 @@ def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=N
         raise FileNotFoundError(f'checkpoint {checkpoint!r} recorded in {directory}/deploy.json does not exist; '
                                 'pass --checkpoint')
     _, adapter, frames, _ = prepare(Path(directory) / info['config'], checkpoint, batch_size=info['batch_size'],
-                                    data_root=data_root, frames=frames, bounds=info['bounds'])
+                                    data_root=data_root, frames=frames, bounds=bounds or info['bounds'])
     adapter.load_host_state(info.get('host_state', {}))
     return adapter, frames
 
 
-def check_frame(deployed, adapter, frame):
-    """:class:`FrameCheck` of one :class:`~fsdlite.deploy.adapter.Frame` (see the module docstring)."""
+def check_frame(deployed, references, frame):
+    """:class:`FrameCheck` of one :class:`~fsdlite.deploy.adapter.Frame` (see the module docstring);
+    ``references``: capacity tier scale -> adapter with the PyTorch weights and that tier's bounds."""
     from ..structures.bounds import BoundExceededError
     try:
         out = deployed.run(frame.data)
     except BoundExceededError as err:
         return FrameCheck(frame.name, frame.source, [], None, {err.name: err.needed - err.allowed}, {},
                           f'pre-ops: {err}')
+    adapter = references[out.tier]
     try:
         torch_outputs = adapter.run_torch_graph(out.pre.inputs)
     except BoundExceededError as err:  # ONNX Runtime truncated and counted; eager PyTorch raises
-        return FrameCheck(frame.name, frame.source, [], None, out.dropped, out.seconds, f'PyTorch graph: {err}')
+        return FrameCheck(frame.name, frame.source, [], None, out.dropped, out.seconds, f'PyTorch graph: {err}',
+                          tier=out.tier)
     diffs = adapter.compare_outputs(out.outputs, torch_outputs, out.pre)
     fp64 = float64_distances(adapter, out, torch_outputs, [d.name for d in diffs if not d.ok])
     match = adapter.compare_results(out.results, adapter.reference(frame.data))
-    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64)
+    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64, tier=out.tier)
 
 
 def float64_distances(adapter, out, torch_outputs, names):
@@ -150,7 +159,10 @@ def verify_deploy(directory, checkpoint=None, data_root=None, frames=None, threa
     if not frames:
         raise ValueError(f'no verification input for {deployed.info["model_type"]}: no real frame under the data '
                          'root and no dataset in the config')
-    return [check_frame(deployed, adapter, frame) for frame in frames]
+    references = {tier.scale: reference_adapter(deployed.directory, deployed.info, checkpoint, data_root, frames,
+                                                tier.bounds)[0] for tier in deployed.tiers[:-1]}
+    references[1.0] = adapter
+    return [check_frame(deployed, references, frame) for frame in frames]
 
 
 def format_checks(checks):
@@ -164,7 +176,8 @@ def format_checks(checks):
                          f'dropped {exceeded}')
             continue
         times = ', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in c.seconds.items())
-        lines.append(f'   deployed: {times}')
+        tier = f'capacity tier {c.tier:g}, ' if c.tier != 1.0 else ''
+        lines.append(f'   deployed: {tier}{times}')
         exceeded = {k: v for k, v in c.dropped.items() if v}
         lines.append(f'   dropped (bounds exceeded): {exceeded}' if exceeded else '   bounds: all held (0 dropped)')
         lines.append(f'   {"output":<16} {"compared":>9} {"max abs":>10} {"max rel":>10}  tolerance  ok')

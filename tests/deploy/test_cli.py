@@ -75,6 +75,9 @@ def test_export_option_errors(tiny, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         export.main([tiny.configs['voxelnet'], 'random', '--out', str(tmp_path), '--bounds', str(tmp_path / 'b.json')])
     assert exc.value.code == 2 and "bounds file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        export.main([tiny.configs['fsd'], 'random', '--out', str(tmp_path), '--tiers', '0.5', '1.5'])
+    assert exc.value.code == 2 and 'tiers: each scale must be a number in (0, 1)' in capsys.readouterr().err
 
 
 def test_verify_and_build_trt_reject_a_non_deploy_folder(tiny, tmp_path, capsys):

@@ -1,0 +1,87 @@
+"""Capacity tiers: extra fixed-shape graphs at smaller pre-op bounds, the runtime picking one per input.
+
+A deploy folder's bounds cover the largest input it must take (the detector configs keep ~2x headroom over the
+frames measured), and a fixed-shape graph does the padded work whatever the input: an average frame pays for
+capacity it does not use.  With tiers (``deploy/export_onnx.py --tiers 0.4 0.6``) the exporter also writes, for
+each scale ``s < 1``, a graph whose **pre-op bounds** -- the sizes the pre-ops alone decide before the graph runs
+(detectors: ``max_points``, ``max_voxels``, ``max_pairs``) -- are the folder's bounds times ``s`` (rounded up);
+every in-graph bound (foreground points, clusters, boxes) stays.  Each tier graph is an ordinary fixed-shape
+plain-ONNX graph, checked like ``model.onnx``.
+
+At run time (:class:`~fsdlite.deploy.runtime.DeployedModel`) the pre-ops run for the smallest tier whose pre-op
+bounds hold for the input (:func:`select_tier`); an input that fits no tier runs ``model.onnx`` with the full
+bounds (and, as before, anything beyond them is dropped and counted).  A tier only changes padding, so it returns
+what ``model.onnx`` returns on the same input (the per-point / per-voxel outputs have the tier's row count).
+"""
+import math
+from typing import NamedTuple
+
+
+class Tier(NamedTuple):
+    """One capacity tier of a deploy folder: ``scale`` (1.0: ``model.onnx``), ``bounds`` (dict), ``adapter`` (host
+    adapter with these bounds: pre/post-ops) and ``graph`` (its :class:`~fsdlite.deploy.onnx_io.OrtGraph`)."""
+    scale: float
+    bounds: dict
+    adapter: object
+    graph: object
+
+
+def check_tier_scales(tiers):
+    """Sorted tier scales; raises a ValueError naming ``tiers`` unless each is a number in (0, 1), all distinct."""
+    scales = []
+    for value in tiers or ():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < 1:
+            raise ValueError(f'tiers: each scale must be a number in (0, 1) (1 is model.onnx itself), got {value!r} '
+                             f'in {list(tiers)}')
+        scales.append(float(value))
+    if len(set(scales)) != len(scales):
+        raise ValueError(f'tiers: scales must be distinct, got {list(tiers)}')
+    return sorted(scales)
+
+
+def scaled_bounds(bounds, names, scale):
+    """``bounds`` with the entries named in ``names`` (int or list of ints) times ``scale``, rounded up (>= 1).
+
+    Args:
+        bounds (dict): bound name -> int | list[int].
+        names (Sequence[str]): the bounds to scale (the adapter's ``tier_bound_names``; absent ones are skipped).
+        scale (float): in (0, 1].
+    Returns:
+        dict: a new bounds dict.
+    """
+    def shrink(value):
+        return max(1, math.ceil(int(value) * scale))
+
+    out = dict(bounds)
+    for name in names:
+        if name in out:
+            value = out[name]
+            out[name] = [shrink(v) for v in value] if isinstance(value, (list, tuple)) else shrink(value)
+    return out
+
+
+def select_tier(tiers, data):
+    """Pre-ops for the smallest tier that holds ``data``.
+
+    Args:
+        tiers (Sequence[Tier]): ascending scales, the last one the full bounds (``model.onnx``).
+        data: one batch of raw data (the family's format).
+    Returns:
+        ``(tier, pre)``: the chosen :class:`Tier` and its :class:`~fsdlite.deploy.adapter.PreOpsResult`.  A tier is
+        taken when its pre-ops dropped nothing; tiers its adapter rules out cheaply (``may_fit``: e.g. more points
+        than ``max_points``) are skipped without running their pre-ops; the last tier is taken in any case.
+    """
+    if not tiers:
+        raise ValueError('select_tier: tiers must not be empty')
+    prepared = tiers[-1].adapter.prepare_input(data)
+    for index, tier in enumerate(tiers):
+        last = index == len(tiers) - 1
+        if not last and not tier.adapter.may_fit(prepared):
+            continue
+        pre = tier.adapter.pre_ops(prepared)
+        if last or not any(pre.dropped.values()):
+            return tier, pre
+    raise AssertionError('unreachable: the last tier is always taken')
+
+
+__all__ = ['Tier', 'check_tier_scales', 'scaled_bounds', 'select_tier']

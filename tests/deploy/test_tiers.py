@@ -1,0 +1,124 @@
+"""Capacity tiers: smaller fixed-shape graphs for the pre-op bounds, the runtime picking the smallest that holds."""
+import json
+
+import pytest
+import torch
+
+from fsdlite.deploy import DeployedModel, export_model
+from fsdlite.deploy.adapter import Frame, PreOpsResult
+from fsdlite.deploy.tiers import Tier, check_tier_scales, scaled_bounds, select_tier
+from fsdlite.deploy.verify import verify_deploy
+
+
+@pytest.mark.parametrize('tiers, message', [((0,), r'in \(0, 1\).*got 0'), ((1.0,), 'got 1.0'),
+                                            ((0.5, 1.5), 'got 1.5'), (('0.5',), "got '0.5'"), ((True,), 'got True'),
+                                            ((0.5, 0.5), 'distinct')])
+def test_bad_tier_scales_name_the_argument(tiers, message):
+    with pytest.raises(ValueError, match='tiers: .*' + message):
+        check_tier_scales(tiers)
+
+
+def test_tier_scales_are_sorted_and_bounds_rounded_up():
+    assert check_tier_scales([0.7, 0.4]) == [0.4, 0.7]
+    assert check_tier_scales(()) == []
+    bounds = dict(max_points=1001, max_voxels=[10, 3, 1], max_boxes=512)
+    scaled = scaled_bounds(bounds, ('max_points', 'max_voxels', 'max_pairs'), 0.5)
+    assert scaled == dict(max_points=501, max_voxels=[5, 2, 1], max_boxes=512)  # absent max_pairs skipped
+    assert bounds['max_points'] == 1001  # not modified in place
+
+
+class SizedAdapter:
+    """A tier adapter over inputs that are just a size: fits up to ``capacity``; records its pre-ops calls."""
+
+    def __init__(self, capacity, cheap_check=True):
+        self.capacity, self.cheap_check, self.calls = capacity, cheap_check, 0
+
+    def prepare_input(self, data):
+        return data
+
+    def may_fit(self, size):
+        return not self.cheap_check or size <= self.capacity
+
+    def pre_ops(self, size):
+        self.calls += 1
+        return PreOpsResult({}, None, dict(max_size=max(0, size - self.capacity)))
+
+
+def sized_tiers(*adapters):
+    return [Tier(scale, {}, adapter, None) for scale, adapter in zip((0.25, 0.5, 1.0), adapters)]
+
+
+def test_select_tier_takes_the_smallest_that_holds():
+    tiers = sized_tiers(SizedAdapter(10), SizedAdapter(20), SizedAdapter(40))
+    tier, pre = select_tier(tiers, 15)
+    assert tier.scale == 0.5 and pre.dropped == dict(max_size=0)
+    assert [t.adapter.calls for t in tiers] == [0, 1, 0]  # the 0.25 tier was ruled out without its pre-ops
+    tier, pre = select_tier(tiers, 99)  # fits nothing: the full bounds, with the overflow counted
+    assert tier.scale == 1.0 and pre.dropped == dict(max_size=59)
+
+
+def test_select_tier_steps_up_when_a_pre_op_bound_overflows():
+    """A bound only the pre-ops can measure (no cheap check) overflows: the next tier runs."""
+    tiers = sized_tiers(SizedAdapter(10, cheap_check=False), SizedAdapter(20, cheap_check=False),
+                        SizedAdapter(40))
+    tier, _ = select_tier(tiers, 15)
+    assert tier.scale == 0.5 and [t.adapter.calls for t in tiers] == [1, 1, 0]
+    with pytest.raises(ValueError, match='tiers must not be empty'):
+        select_tier([], 1)
+
+
+@pytest.fixture(scope='module')
+def tiered_export(tiny, kitti_frame, tmp_path_factory):
+    """Tiny FSD-lite, bounds = KITTI 000008's needs x 1.5, tiers 0.5 and 0.8 (the frame needs 0.67)."""
+    out = tmp_path_factory.mktemp('fsd_tiers')
+    return export_model(tiny.configs['fsd'], 'random', out, cfg_options=tiny.options['fsd'], frames=[kitti_frame],
+                        tiers=(0.8, 0.5))
+
+
+def half_frame(frame):
+    """The left half of the scene (y > 0): about half the points, voxels and rulebook pairs at every level
+    (subsampling the points would not do: the voxels of the coarse levels barely thin out)."""
+    cloud = frame.data[0]
+    return Frame('kitti_left', [cloud[cloud[:, 1] > 0].contiguous()], frame.source)
+
+
+def test_tier_graphs_are_written_checked_and_listed(tiered_export):
+    info = json.loads((tiered_export.out_dir / 'deploy.json').read_text())
+    assert [t['scale'] for t in info['tiers']] == [0.5, 0.8]
+    for tier, exported in zip(info['tiers'], tiered_export.tiers):
+        assert (tiered_export.out_dir / tier['onnx']).is_file()
+        assert exported.summary.ok, exported.summary.problems
+        assert exported.diffs and all(d.ok for d in exported.diffs)
+        assert tier['bounds']['max_points'] == -(-info['bounds']['max_points'] * tier['scale'] // 1)
+        assert tier['bounds']['max_fg_points'] == info['bounds']['max_fg_points']  # in-graph bounds stay
+    assert [t['example_fits'] for t in info['tiers']] == [False, True]
+    report = (tiered_export.out_dir / 'report.md').read_text()
+    assert '## Capacity tiers' in report and 'model_tier0.5.onnx' in report
+
+
+def test_each_frame_runs_on_the_smallest_tier_it_fits_with_the_full_graphs_results(tiered_export, kitti_frame):
+    deployed = DeployedModel(tiered_export.out_dir)
+    full = deployed.tiers[-1]
+    for frame, scale in ((kitti_frame, 0.8), (half_frame(kitti_frame), 0.5)):
+        out = deployed.run(frame.data)
+        assert out.tier == scale and set(out.dropped.values()) == {0}, (out.tier, out.dropped)
+        pre = full.adapter.pre_ops(frame.data)
+        reference = full.graph(pre.inputs)
+        assert out.pre.inputs['points'].shape[0] < pre.inputs['points'].shape[0]  # the tier's smaller padding
+        n, k = int(reference['num_boxes']), int(reference['num_instances'])
+        assert int(out.outputs['num_boxes']) == n > 0 and int(out.outputs['num_instances']) == k
+        for name, rows in (('boxes', n), ('scores', n), ('cls_logits', k), ('box_codes', k)):
+            assert torch.allclose(out.outputs[name][:rows], reference[name][:rows], atol=1e-5), name
+        assert torch.equal(out.outputs['labels'][:n], reference['labels'][:n])
+
+
+def test_verify_checks_each_frame_on_its_tier(tiered_export, kitti_frame):
+    checks = verify_deploy(tiered_export.out_dir, frames=[kitti_frame, half_frame(kitti_frame)])
+    assert [c.tier for c in checks] == [0.8, 0.5]
+    assert all(c.ok and not c.exceeded and c.match.same for c in checks), checks
+
+
+def test_tiers_need_a_family_with_pre_op_bounds(tiny, tmp_path):
+    with pytest.raises(ValueError, match='tiers: VoxelNet has no pre-op bounds to scale'):
+        export_model(tiny.configs['voxelnet'], 'random', tmp_path, cfg_options=tiny.options['voxelnet'],
+                     tiers=(0.5,))
