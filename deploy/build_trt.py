@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Build a TensorRT engine from a deploy folder: ``python deploy/build_trt.py DIR [--fp16]``.
 
-Writes ``DIR/model.engine`` when TensorRT and a CUDA device exist; otherwise prints why not and exits 0 (the
+Writes ``DIR/model.engine`` (and ``DIR/model_tier<scale>.engine`` for each capacity tier of the folder) when
+TensorRT and a CUDA device exist; otherwise prints why not and exits 0 (the
 ONNX graph itself is the deliverable; ONNX Runtime runs it anywhere).  Exit status 1: TensorRT is present but
 the build failed; 2: DIR is not a deploy folder.
 """
@@ -32,14 +33,15 @@ def main(argv=None):
     if reason:
         print(f'{parser.prog}: no TensorRT engine built: {reason}')
         return 0
-    onnx_path = osp.join(args.dir, info['onnx'])
-    engine_path = osp.join(args.dir, 'model.engine')
-    try:
-        size = build_engine(onnx_path, engine_path, args.fp16, args.workspace_gib)
-    except RuntimeError as exc:
-        print(f'{parser.prog}: TensorRT build failed: {exc}', file=sys.stderr)
-        return 1
-    print(f'wrote {engine_path} ({size / 2**20:.1f} MiB)')
+    for graph in [info['onnx']] + [tier['onnx'] for tier in info.get('tiers', [])]:
+        onnx_path = osp.join(args.dir, graph)
+        engine_path = osp.splitext(onnx_path)[0] + '.engine'
+        try:
+            size = build_engine(onnx_path, engine_path, args.fp16, args.workspace_gib)
+        except RuntimeError as exc:
+            print(f'{parser.prog}: TensorRT build failed: {exc}', file=sys.stderr)
+            return 1
+        print(f'wrote {engine_path} ({size / 2**20:.1f} MiB, workspace limit {args.workspace_gib:g} GiB)')
     return 0
 
 

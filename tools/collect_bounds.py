@@ -14,7 +14,6 @@ model has random weights and the output says so).  Per-class foreground bounds a
 ``max_per_class`` budget (the static path never selects more).
 """
 import argparse
-import math
 import os.path as osp
 import sys
 
@@ -30,6 +29,7 @@ from mmengine.utils import ProgressBar  # noqa: E402
 from fsdlite.engine.errors import ToolError  # noqa: E402
 from fsdlite.engine.tool_setup import load_config, require_file  # noqa: E402
 from fsdlite.registry import DATASETS, MODELS  # noqa: E402
+from fsdlite.structures.bounds import merge_max, scale_bounds  # noqa: E402
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 SPLITS = ('train', 'val', 'test')
@@ -76,30 +76,9 @@ def build_dataset(cfg, split):
     return DATASETS.build(loader['dataset'])
 
 
-def merge_max(acc, needed):
-    """Elementwise maximum of two ``name -> int | list`` dicts (acc may be empty)."""
-    for key, value in needed.items():
-        old = acc.get(key)
-        if old is None:
-            acc[key] = value
-        elif isinstance(value, list):
-            acc[key] = [max(a, b) for a, b in zip(old, value)]
-        else:
-            acc[key] = max(old, value)
-    return acc
-
-
 def recommend(maxima, margin, budgets):
     """Bounds from the maxima: ``ceil(max * margin)`` (at least 1); foreground bounds capped at the budgets."""
-    def scale(v):
-        return max(int(math.ceil(v * margin - 1e-9)), 1)
-
-    out = {}
-    for key, value in maxima.items():
-        if isinstance(value, list):
-            out[key] = [scale(v) for v in value]
-        else:
-            out[key] = scale(value)
+    out = scale_bounds(maxima, margin)
     out['max_fg_points'] = [min(v, b) for v, b in zip(out['max_fg_points'], budgets)]
     return out
 

@@ -4,8 +4,9 @@ A bounds file is either JSON (``{"max_points": 32768, "max_voxels": [9000, 8000,
 snippet ``tools/collect_bounds.py --out FILE`` writes (``bounds = dict(...)``).
 """
 import json
-import math
 from pathlib import Path
+
+from ..structures.bounds import scale_bounds
 
 
 def load_bounds_file(path):
@@ -31,29 +32,11 @@ def load_bounds_file(path):
     return {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in data.items()}
 
 
-def merge_max(acc, needed):
-    """Elementwise maximum of ``name -> int | list[int]`` dicts (updates and returns ``acc``)."""
-    for key, value in needed.items():
-        old = acc.get(key)
-        if old is None:
-            acc[key] = list(value) if isinstance(value, (list, tuple)) else value
-        elif isinstance(value, (list, tuple)):
-            acc[key] = [max(a, b) for a, b in zip(old, value)]
-        else:
-            acc[key] = max(old, value)
-    return acc
-
-
 def with_margin(maxima, margin):
     """``ceil(value * margin)`` (at least 1) of every entry of a ``name -> int | list[int]`` dict."""
     if not margin >= 1:
         raise ValueError(f'margin must be >= 1, got {margin!r}')
-
-    def scale(v):
-        return max(int(math.ceil(v * margin - 1e-9)), 1)
-
-    return {k: [scale(v) for v in value] if isinstance(value, (list, tuple)) else scale(value)
-            for k, value in maxima.items()}
+    return scale_bounds(maxima, margin)
 
 
-__all__ = ['load_bounds_file', 'merge_max', 'with_margin']
+__all__ = ['load_bounds_file', 'with_margin']

@@ -12,9 +12,10 @@ from typing import NamedTuple
 import torch
 
 from fsdlite.models.detectors.static import dynamic_path
+from fsdlite.structures.bounds import merge_max
 
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
-from .bounds_io import merge_max, with_margin
+from .bounds_io import with_margin
 from .compare import match_detections, matched_rows_diff, tensor_diff
 from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
 

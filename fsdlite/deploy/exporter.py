@@ -12,11 +12,12 @@ from typing import NamedTuple
 
 import torch
 
+from ..structures.bounds import scale_bounds
 from .adapter import adapter_class
 from .bounds_io import load_bounds_file
 from .graph_checks import check_graph
 from .onnx_io import DEFAULT_OPSET, OrtGraph, export_graph
-from .tiers import check_tier_scales, scaled_bounds
+from .tiers import check_tier_scales
 
 FORMAT = 'fsdlite-deploy/1'
 
@@ -132,7 +133,7 @@ def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verb
     """Export the capacity tier ``scale`` of ``adapter`` (same weights; its ``tier_bound_names`` bounds times
     ``scale``) traced on ``example`` (raw data) to ``out_dir/model_tier<scale>.onnx``; returns :class:`TierExport`."""
     cls = type(adapter)
-    bounds = scaled_bounds(adapter.bounds, cls.tier_bound_names, scale)
+    bounds = scale_bounds(adapter.bounds, scale, cls.tier_bound_names)
     model = build_model(cls.prepare_config(_plain(cfg.model), bounds))
     model.load_state_dict(adapter.model.state_dict(), strict=True)
     tier = cls(model, bounds, adapter.batch_size)

@@ -4,7 +4,8 @@ A deploy folder's bounds cover the largest input it must take (the detector conf
 frames measured), and a fixed-shape graph does the padded work whatever the input: an average frame pays for
 capacity it does not use.  With tiers (``deploy/export_onnx.py --tiers 0.4 0.6``) the exporter also writes, for
 each scale ``s < 1``, a graph whose **pre-op bounds** -- the sizes the pre-ops alone decide before the graph runs
-(detectors: ``max_points``, ``max_voxels``, ``max_pairs``) -- are the folder's bounds times ``s`` (rounded up);
+(detectors: ``max_points``, ``max_voxels``, ``max_pairs``) -- are the folder's bounds times ``s`` (rounded up,
+``fsdlite.structures.bounds.scale_bounds``);
 every in-graph bound (foreground points, clusters, boxes) stays.  Each tier graph is an ordinary fixed-shape
 plain-ONNX graph, checked like ``model.onnx``.
 
@@ -13,7 +14,6 @@ bounds hold for the input (:func:`select_tier`); an input that fits no tier runs
 bounds (and, as before, anything beyond them is dropped and counted).  A tier only changes padding, so it returns
 what ``model.onnx`` returns on the same input (the per-point / per-voxel outputs have the tier's row count).
 """
-import math
 from typing import NamedTuple
 
 
@@ -37,27 +37,6 @@ def check_tier_scales(tiers):
     if len(set(scales)) != len(scales):
         raise ValueError(f'tiers: scales must be distinct, got {list(tiers)}')
     return sorted(scales)
-
-
-def scaled_bounds(bounds, names, scale):
-    """``bounds`` with the entries named in ``names`` (int or list of ints) times ``scale``, rounded up (>= 1).
-
-    Args:
-        bounds (dict): bound name -> int | list[int].
-        names (Sequence[str]): the bounds to scale (the adapter's ``tier_bound_names``; absent ones are skipped).
-        scale (float): in (0, 1].
-    Returns:
-        dict: a new bounds dict.
-    """
-    def shrink(value):
-        return max(1, math.ceil(int(value) * scale))
-
-    out = dict(bounds)
-    for name in names:
-        if name in out:
-            value = out[name]
-            out[name] = [shrink(v) for v in value] if isinstance(value, (list, tuple)) else shrink(value)
-    return out
 
 
 def select_tier(tiers, data):
@@ -84,4 +63,4 @@ def select_tier(tiers, data):
     raise AssertionError('unreachable: the last tier is always taken')
 
 
-__all__ = ['Tier', 'check_tier_scales', 'scaled_bounds', 'select_tier']
+__all__ = ['Tier', 'check_tier_scales', 'select_tier']

@@ -10,6 +10,7 @@ its bound, eager mode raises :class:`BoundExceededError` naming the bound, the n
 while tracing/exporting (:func:`is_exporting`) the caller truncates deterministically and the number dropped
 is returned as a tensor (an output of the exported graph).
 """
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 
@@ -146,4 +147,30 @@ class Bounds(Mapping):
         return f'Bounds({", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())})'
 
 
-__all__ = ['BoundExceededError', 'Bounds', 'check_bound', 'is_exporting']
+def merge_max(acc, needed):
+    """Elementwise maximum of ``name -> int | list[int]`` dicts (updates and returns ``acc``)."""
+    for key, value in needed.items():
+        old = acc.get(key)
+        if old is None:
+            acc[key] = list(value) if isinstance(value, (list, tuple)) else value
+        elif isinstance(value, (list, tuple)):
+            acc[key] = [max(a, b) for a, b in zip(old, value)]
+        else:
+            acc[key] = max(old, value)
+    return acc
+
+
+def scale_bounds(bounds, factor, names=None):
+    """A new ``name -> int | list[int]`` dict with the entries named in ``names`` (default: all; absent names are
+    skipped) times ``factor``, rounded up (within 1e-9) and at least 1; the other entries are copied."""
+    def scale(v):
+        return max(int(math.ceil(int(v) * factor - 1e-9)), 1)
+
+    out = dict(bounds)
+    for key in (out if names is None else [n for n in names if n in out]):
+        value = out[key]
+        out[key] = [scale(v) for v in value] if isinstance(value, (list, tuple)) else scale(value)
+    return out
+
+
+__all__ = ['BoundExceededError', 'Bounds', 'check_bound', 'is_exporting', 'merge_max', 'scale_bounds']

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from fsdlite.deploy import adapter_class, read_deploy_info
-from fsdlite.deploy.bounds_io import load_bounds_file, merge_max, with_margin
+from fsdlite.deploy.bounds_io import load_bounds_file, with_margin
+from fsdlite.structures.bounds import merge_max
 from fsdlite.deploy.compare import matched_rows_diff, tensor_diff
 from fsdlite.deploy.exporter import FORMAT
 

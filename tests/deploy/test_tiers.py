@@ -6,8 +6,9 @@ import torch
 
 from fsdlite.deploy import DeployedModel, export_model
 from fsdlite.deploy.adapter import Frame, PreOpsResult
-from fsdlite.deploy.tiers import Tier, check_tier_scales, scaled_bounds, select_tier
+from fsdlite.deploy.tiers import Tier, check_tier_scales, select_tier
 from fsdlite.deploy.verify import verify_deploy
+from fsdlite.structures.bounds import scale_bounds
 
 
 @pytest.mark.parametrize('tiers, message', [((0,), r'in \(0, 1\).*got 0'), ((1.0,), 'got 1.0'),
@@ -22,9 +23,10 @@ def test_tier_scales_are_sorted_and_bounds_rounded_up():
     assert check_tier_scales([0.7, 0.4]) == [0.4, 0.7]
     assert check_tier_scales(()) == []
     bounds = dict(max_points=1001, max_voxels=[10, 3, 1], max_boxes=512)
-    scaled = scaled_bounds(bounds, ('max_points', 'max_voxels', 'max_pairs'), 0.5)
+    scaled = scale_bounds(bounds, 0.5, ('max_points', 'max_voxels', 'max_pairs'))
     assert scaled == dict(max_points=501, max_voxels=[5, 2, 1], max_boxes=512)  # absent max_pairs skipped
     assert bounds['max_points'] == 1001  # not modified in place
+    assert scale_bounds(dict(a=10, b=[3]), 1.1) == dict(a=11, b=[4])  # 10 * 1.1 = 11.000000000000002 is 11
 
 
 class SizedAdapter:

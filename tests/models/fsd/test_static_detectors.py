@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fsdlite.registry import MODELS
-from fsdlite.structures.bounds import BoundExceededError
+from fsdlite.structures.bounds import BoundExceededError, scale_bounds
 
 KITTI_RANGE = [0.0, -40.0, -3.0, 70.4, 40.0, 1.0]
 NUSCENES_RANGE = [-24.0, -24.0, -4.0, 24.0, 24.0, 2.0]
@@ -36,11 +36,6 @@ def static_twin(kit, name, point_range, dynamic, bounds):
     model = MODELS.build(dict(model_cfg(kit, name, point_range), static=True, bounds=bounds)).double().eval()
     model.load_state_dict(dynamic.state_dict(), strict=True)
     return model
-
-
-def with_margin(needed, margin):
-    scale = lambda v: max(int(np.ceil(v * margin)), 1)  # noqa: E731
-    return {k: [scale(x) for x in v] if isinstance(v, list) else scale(v) for k, v in needed.items()}
 
 
 def preprocess(model, clouds):
@@ -99,7 +94,7 @@ def test_static_equals_dynamic(kit, shared_data, name, frame):
     inputs = preprocess(dynamic, clouds)
     needed = dynamic.measure_bounds(inputs)
     # synthetic: bounds exactly at the needed sizes; real frames: 20 % padding everywhere
-    static = static_twin(kit, name, point_range, dynamic, with_margin(needed, 1.0 if frame == 'synthetic' else 1.2))
+    static = static_twin(kit, name, point_range, dynamic, scale_bounds(needed, 1.0 if frame == 'synthetic' else 1.2))
     raw = assert_same(dynamic, static, inputs)
     if name == 'fsd':  # grouping did link cells: fewer clusters than foreground cells, several iterations
         assert needed['max_cc_iters'] >= 2 and int(raw['num_instances']) < int(raw['num_fg_points'])
@@ -124,7 +119,7 @@ def test_every_bound_raises_with_name_needed_and_allowed(kit, name):
     dynamic, inputs, needed = small_case(kit, name)
     checked = set()
     for key, index in _labels(needed):
-        bounds = {k: list(v) if isinstance(v, list) else v for k, v in with_margin(needed, 1.0).items()}
+        bounds = {k: list(v) if isinstance(v, list) else v for k, v in scale_bounds(needed, 1.0).items()}
         value = needed[key] if index is None else needed[key][index]
         label = key if index is None else f'{key}[{index}]'
         if index is None:
@@ -143,7 +138,7 @@ def test_every_bound_raises_with_name_needed_and_allowed(kit, name):
 @pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
 def test_exporting_truncates_and_reports_dropped(kit, name):
     dynamic, inputs, needed = small_case(kit, name)
-    bounds = with_margin(needed, 1.0)
+    bounds = scale_bounds(needed, 1.0)
     bounds['max_boxes'] = needed['max_boxes'] - 5
     bounds['max_points'] = needed['max_points'] - 3
     static = static_twin(kit, name, kit.RANGE, dynamic, bounds)
@@ -182,7 +177,7 @@ class OpRecorder(TorchDispatchMode):
 @pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
 def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name):
     dynamic, inputs, needed = small_case(kit, name)
-    static = static_twin(kit, name, kit.RANGE, dynamic, with_margin(needed, 1.5))
+    static = static_twin(kit, name, kit.RANGE, dynamic, scale_bounds(needed, 1.5))
     one = preprocess(dynamic, synthetic_clouds(kit)[:1])
     two = preprocess(dynamic, synthetic_clouds(kit)[::-1])
     recorded = []
