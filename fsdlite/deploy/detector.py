@@ -17,6 +17,7 @@ from fsdlite.structures.bounds import merge_max
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
 from .bounds_io import with_margin
 from .compare import match_detections, matched_rows_diff, tensor_diff
+from .exporter import plain_config
 from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
 
 FIXED_INPUTS = {
@@ -94,7 +95,7 @@ class DetectorAdapter(DeployAdapter):
     @classmethod
     def config_bounds(cls, cfg):
         bounds = cfg.model.get('bounds')
-        return None if bounds is None else (bounds.to_dict() if hasattr(bounds, 'to_dict') else dict(bounds))
+        return None if bounds is None else plain_config(bounds)
 
     @classmethod
     def measure_bounds(cls, model, frames, margin):

@@ -66,7 +66,8 @@ def build_model(model_cfg, checkpoint=None, seed=0):
     return model.eval()
 
 
-def _plain(model_cfg):
+def plain_config(model_cfg):
+    """A model config (mmengine ConfigDict or dict) as a plain dict."""
     return model_cfg.to_dict() if hasattr(model_cfg, 'to_dict') else dict(model_cfg)
 
 
@@ -100,7 +101,7 @@ def prepare(config, checkpoint, bounds_file=None, cfg_options=None, batch_size=1
     """
     cfg = as_config(config, cfg_options)
     cls = adapter_class(cfg.model['type'])
-    base = _plain(cfg.model)
+    base = plain_config(cfg.model)
     dynamic = {k: v for k, v in base.items() if k not in ('static', 'bounds')}
     model = build_model(dynamic, checkpoint)
     if frames is None:
@@ -134,7 +135,7 @@ def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verb
     ``scale``) traced on ``example`` (raw data) to ``out_dir/model_tier<scale>.onnx``; returns :class:`TierExport`."""
     cls = type(adapter)
     bounds = scale_bounds(adapter.bounds, scale, cls.tier_bound_names)
-    model = build_model(cls.prepare_config(_plain(cfg.model), bounds))
+    model = build_model(cls.prepare_config(plain_config(cfg.model), bounds))
     model.load_state_dict(adapter.model.state_dict(), strict=True)
     tier = cls(model, bounds, adapter.batch_size)
     tier.load_host_state(adapter.host_state())
@@ -257,5 +258,5 @@ def report_text(info, summary, diffs, tier_exports=()):
     return '\n'.join(lines) + '\n'
 
 
-__all__ = ['FORMAT', 'ExportResult', 'TierExport', 'as_config', 'build_model', 'resolve_bounds', 'prepare',
-           'export_graph_checked', 'export_tier', 'export_model', 'deploy_info', 'report_text']
+__all__ = ['FORMAT', 'ExportResult', 'TierExport', 'as_config', 'build_model', 'plain_config', 'resolve_bounds',
+           'prepare', 'export_graph_checked', 'export_tier', 'export_model', 'deploy_info', 'report_text']
