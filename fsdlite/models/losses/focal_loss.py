@@ -5,7 +5,7 @@ from torch import nn
 
 from fsdlite.registry import MODELS
 
-REDUCTIONS = ('none', 'mean', 'sum')
+from .reduction import check_reduction, reduce_loss
 
 
 def sigmoid_focal_loss(logits, targets, gamma=2.0, alpha=0.25):
@@ -51,10 +51,8 @@ class SigmoidFocalLoss(nn.Module):
             raise ValueError(f'gamma must be >= 0, got {gamma!r}')
         if float(alpha) > 1:
             raise ValueError(f'alpha must be in [0, 1] (or negative to disable), got {alpha!r}')
-        if reduction not in REDUCTIONS:
-            raise ValueError(f'reduction must be one of {REDUCTIONS}, got {reduction!r}')
         self.gamma, self.alpha = float(gamma), float(alpha)
-        self.reduction, self.loss_weight = reduction, float(loss_weight)
+        self.reduction, self.loss_weight = check_reduction('SigmoidFocalLoss', reduction), float(loss_weight)
 
     def forward(self, logits, targets, weight=None, avg_factor=None):
         """Compute the loss.
@@ -84,12 +82,7 @@ class SigmoidFocalLoss(nn.Module):
         loss = sigmoid_focal_loss(logits, targets.to(logits.dtype), self.gamma, self.alpha)
         if weight is not None:
             loss = loss * (weight.view(-1, 1) if weight.dim() == 1 else weight).to(loss.dtype)
-        if self.reduction == 'none':
-            return self.loss_weight * loss
-        total = loss.sum()
-        if self.reduction == 'mean':
-            total = total / (avg_factor if avg_factor is not None else max(loss.numel(), 1))
-        return self.loss_weight * total
+        return reduce_loss(loss, self.reduction, avg_factor, self.loss_weight)
 
 
 __all__ = ['SigmoidFocalLoss', 'sigmoid_focal_loss', 'labels_to_one_hot']

@@ -3,7 +3,7 @@ from torch import nn
 
 from fsdlite.registry import MODELS
 
-REDUCTIONS = ('none', 'mean', 'sum')
+from .reduction import check_reduction, reduce_loss
 
 
 @MODELS.register_module()
@@ -17,9 +17,7 @@ class L1Loss(nn.Module):
 
     def __init__(self, reduction='mean', loss_weight=1.0):
         super().__init__()
-        if reduction not in REDUCTIONS:
-            raise ValueError(f'L1Loss: reduction must be one of {REDUCTIONS}, got {reduction!r}')
-        self.reduction, self.loss_weight = reduction, float(loss_weight)
+        self.reduction, self.loss_weight = check_reduction('L1Loss', reduction), float(loss_weight)
 
     def forward(self, pred, target, weight=None, avg_factor=None):
         """pred, target (N, ...) of one shape; weight broadcastable to it; returns a scalar (or (N, ...) for 'none')."""
@@ -28,12 +26,7 @@ class L1Loss(nn.Module):
         loss = (pred - target).abs()
         if weight is not None:
             loss = loss * weight.to(loss.dtype)
-        if self.reduction == 'none':
-            return self.loss_weight * loss
-        total = loss.sum()
-        if self.reduction == 'mean':
-            total = total / (avg_factor if avg_factor is not None else max(loss.numel(), 1))
-        return self.loss_weight * total
+        return reduce_loss(loss, self.reduction, avg_factor, self.loss_weight)
 
 
 __all__ = ['L1Loss']
