@@ -48,9 +48,13 @@ TOLERANCE = 1e-4  # abs, on logits and regressions (float32 graph vs float32 PyT
 
 
 class PreprocessedClouds(NamedTuple):
-    """The data preprocessor's output for one batch (range filter, voxel hashing): ``inputs`` dict (``points``
-    (n, C), ``batch`` (n,), ``voxel_coors`` (v, 4), ``point2voxel`` (n,)) -- the bound-independent pre-ops."""
+    """The part of the pre-ops the capacity tiers share: ``inputs``, the data preprocessor's output for one batch
+    (range filter, voxel hashing: ``points`` (n, C), ``batch`` (n,), ``voxel_coors`` (v, 4), ``point2voxel``
+    (n,)), and ``maps``, its first-stage rulebooks at the preparing adapter's bounds
+    (``fsdlite.models.detectors.static.RulebookMaps``: what every level and pair slot needs, and the maps the
+    smaller tiers cut to their bounds)."""
     inputs: dict
+    maps: object
 
 
 class DetectorGraph(GraphModule):
@@ -172,19 +176,23 @@ class DetectorAdapter(DeployAdapter):
         if len(clouds) != self.batch_size:
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
         with torch.no_grad():
-            return PreprocessedClouds(self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs'])
+            inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
+            return PreprocessedClouds(inputs, self.model.first_stage_rulebooks(inputs, strict=False))
 
     def may_fit(self, prepared):
-        """False when the batch has more points than ``max_points`` or voxels than ``max_voxels[0]``."""
-        inputs = self.prepare_input(prepared).inputs
-        voxels = self.bounds['max_voxels']
-        voxels = voxels[0] if isinstance(voxels, (list, tuple)) else voxels
-        return inputs['points'].shape[0] <= self.bounds['max_points'] and inputs['voxel_coors'].shape[0] <= voxels
+        """True when every pre-op bound holds for the batch: its points, the voxels of every UNet level and the
+        rulebook pairs of every slot (exact: counted on the prepared rulebooks)."""
+        prepared = self.prepare_input(prepared)
+        bounds = self.model.bounds
+        pair_bounds = bounds['max_pairs'] if self.model.uses_pair_lists() else ()
+        return (prepared.inputs['points'].shape[0] <= bounds['max_points']
+                and all(n <= b for n, b in zip(prepared.maps.needed, bounds['max_voxels']))
+                and all(n <= b for n, b in zip(prepared.maps.pairs, pair_bounds)))
 
     def pre_ops(self, data):
-        inputs = self.prepare_input(data).inputs
+        prepared = self.prepare_input(data)
         with torch.no_grad():
-            si = self.model.static_inputs(inputs, strict=False)
+            si = self.model.static_inputs(prepared.inputs, strict=False, maps=prepared.maps)
         self._num_maps = len(si.nbrs)
         names = list(FIXED_INPUTS) + [f'nbr_{i:02d}' for i in range(len(si.nbrs))]
         tensors = list(si[:6]) + list(si.nbrs)

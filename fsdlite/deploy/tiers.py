@@ -11,7 +11,9 @@ plain-ONNX graph, checked like ``model.onnx``.
 
 At run time (:class:`~fsdlite.deploy.runtime.DeployedModel`) the pre-ops run for the smallest tier whose pre-op
 bounds hold for the input (:func:`select_tier`); an input that fits no tier runs ``model.onnx`` with the full
-bounds (and, as before, anything beyond them is dropped and counted).  A tier only changes padding, so it returns
+bounds (and, as before, anything beyond them is dropped and counted).  The detectors build the first-stage
+rulebooks once, at the full bounds, count exactly what every level and pair slot needs, and cut the maps to the
+chosen tier's bounds (``SparseUNet.shrink_rulebooks``): no pre-ops run for a tier that does not fit.  A tier only changes padding, so it returns
 what ``model.onnx`` returns on the same input (the per-point / per-voxel outputs have the tier's row count).
 """
 from typing import NamedTuple

@@ -124,3 +124,25 @@ def test_tiers_need_a_family_with_pre_op_bounds(tiny, tmp_path):
     with pytest.raises(ValueError, match='tiers: VoxelNet has no pre-op bounds to scale'):
         export_model(tiny.configs['voxelnet'], 'random', tmp_path, cfg_options=tiny.options['voxelnet'],
                      tiers=(0.5,))
+
+
+def test_tier_pre_ops_reuse_the_full_rulebooks_exactly(tiered_export, kitti_frame):
+    """The tiers cut the full tier's rulebooks to their bounds (no rebuild): the same inputs as building them at the
+    tier's bounds, and ``may_fit`` says exactly whether the tier's pre-ops would drop anything -- also for the right
+    half of the scene, whose points and voxels fit the 0.5 tier but whose coarsest UNet level does not."""
+    deployed = DeployedModel(tiered_export.out_dir)
+    cloud = kitti_frame.data[0]
+    right = Frame('kitti_right', [cloud[cloud[:, 1] < 0].contiguous()], kitti_frame.source)
+    small = deployed.tiers[0]
+    dropped = small.adapter.pre_ops(right.data).dropped
+    assert dropped['max_points'] == dropped['max_voxels[0]'] == 0 and dropped['max_voxels[2]'] > 0, dropped
+    for frame in (kitti_frame, half_frame(kitti_frame), right):
+        prepared = deployed.tiers[-1].adapter.prepare_input(frame.data)
+        for tier in deployed.tiers:
+            direct = tier.adapter.pre_ops(frame.data)  # prepares and builds at the tier's own bounds
+            assert tier.adapter.may_fit(prepared) == (not any(direct.dropped.values())), (frame.name, tier.scale)
+            if tier.adapter.may_fit(prepared):
+                reused = tier.adapter.pre_ops(prepared)
+                assert reused.dropped == direct.dropped
+                for name, tensor in direct.inputs.items():
+                    assert torch.equal(reused.inputs[name], tensor), (frame.name, tier.scale, name)

@@ -172,6 +172,33 @@ class SparseUNet(nn.Module):
             nbrs.append(rb.nbr)
         return nbrs, [lv[1] for lv in levels], dropped
 
+    def shrink_rulebooks(self, nbrs, from_max_voxels, max_voxels):
+        """The maps of :meth:`build_rulebooks` built at level bounds ``from_max_voxels``, as built at the smaller
+        (or equal) ``max_voxels`` for the same voxels: rows cut to the new output bound and input rows at or beyond
+        the new input bound (the old dump among them) moved to the new dump.  Equal to building at ``max_voxels``
+        when every level's voxels fit it (the output voxels of a level keep their order whatever the bound).
+
+        Args:
+            nbrs (Sequence[Tensor | None]): the maps (execution order; shared maps stay shared).
+            from_max_voxels, max_voxels (Sequence[int]): level bounds, ``max_voxels[s] <= from_max_voxels[s]``.
+        Returns:
+            list: the maps at ``max_voxels`` (``None`` where the input had ``None``).
+        """
+        if len(max_voxels) != len(from_max_voxels) or any(int(a) > int(b) for a, b in zip(max_voxels,
+                                                                                           from_max_voxels)):
+            raise ValueError(f'shrink_rulebooks: max_voxels {list(max_voxels)} must have one entry per level, each '
+                             f'<= the bounds the maps were built at, {list(from_max_voxels)}')
+        layout = self.rulebook_layout(max_voxels)
+        if len(nbrs) != len(layout):
+            raise ValueError(f'shrink_rulebooks: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
+        if [int(a) for a in max_voxels] == [int(b) for b in from_max_voxels]:
+            return list(nbrs)
+        shrunk = {}
+        for nbr, (_, _, num_in, num_out) in zip(nbrs, layout):
+            if nbr is not None and id(nbr) not in shrunk:
+                shrunk[id(nbr)] = nbr[:num_out].clamp(max=num_in)
+        return [None if nbr is None else shrunk[id(nbr)] for nbr in nbrs]
+
     def pair_slots(self):
         """Entries of the ``max_pairs`` bound (2S - 1 for S levels): slot ``2s`` bounds the pairs of the
         submanifold rulebook of level ``s``, slot ``2s - 1`` those of the strided conv into level ``s`` (its
@@ -195,9 +222,10 @@ class SparseUNet(nn.Module):
 
     def count_pairs(self, nbrs, max_voxels):
         """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of the maps of :meth:`build_rulebooks`."""
-        counts = torch.zeros(self.pair_slots(), dtype=torch.long)
+        counts, seen = torch.zeros(self.pair_slots(), dtype=torch.long), set()
         for nbr, (_, slot, num_in, _) in zip(nbrs, self.rulebook_layout(max_voxels)):
-            if nbr is not None:  # an inverse map left out: its strided conv's map has the same pairs
+            if nbr is not None and id(nbr) not in seen:  # a map left out (inverse) or shared is counted once
+                seen.add(id(nbr))
                 counts[slot] = torch.maximum(counts[slot], (nbr < num_in).sum().cpu())
         return counts
 

@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from fsdlite.structures.bounds import Bounds
+from fsdlite.structures.bounds import Bounds, check_bound
 from fsdlite.structures.padded import pad_to_bound, valid_mask
 
 from .stages import stage
@@ -42,6 +42,17 @@ class StaticInputs(NamedTuple):
     nbrs: tuple                #: first-stage UNet neighbour maps (V_s, K) in execution order, or their (3, P)
     #:                            pair lists when the bounds define ``max_pairs`` (layers.pair_conv)
     dropped: torch.Tensor      #: int64 items beyond the bounds (strict=False), :meth:`pre_ops_bound_names` order
+
+
+class RulebookMaps(NamedTuple):
+    """The first-stage UNet's neighbour maps of one preprocessed batch at some level bounds
+    (:meth:`StaticDetectorMixin.first_stage_rulebooks`); :meth:`StaticDetectorMixin.static_inputs` of a model with
+    smaller (or equal) bounds reuses them (``SparseUNet.shrink_rulebooks``) instead of building its own."""
+
+    nbrs: tuple        #: (V_s, K) int64 maps in execution order (inverse maps None when pair lists are used)
+    max_voxels: tuple  #: the level bounds they were built at
+    needed: tuple      #: voxels each level needs (level 0: the input voxels; deeper: valid + dropped)
+    pairs: tuple       #: real pairs per ``SparseUNet.pair_slots`` entry (empty without pair lists)
 
 
 class PaddedInstances(NamedTuple):
@@ -137,7 +148,28 @@ class StaticDetectorMixin:
         return []
 
     # ----------------------------------------------------------------------------------------------- pre-ops
-    def static_inputs(self, inputs, strict=None):
+    def first_stage_rulebooks(self, inputs, strict=None):
+        """The first-stage rulebooks of a preprocessed batch at this model's level bounds (:class:`RulebookMaps`),
+        the part of the pre-ops a model with smaller bounds (a deploy capacity tier) can reuse.
+
+        Args:
+            inputs (dict): output of the data preprocessor.
+            strict (bool, optional): raise when a level overflows its bound (default True); False truncates.
+        """
+        self._require_bounds()
+        strict = True if strict is None else strict
+        coors, _ = pad_to_bound(inputs['voxel_coors'], self.bounds['max_voxels'][0], 'max_voxels[0]', strict=strict)
+        return self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
+
+    def _rulebook_maps(self, coors, num_input_voxels, strict):
+        levels = self.bounds['max_voxels']
+        nbrs, counts, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict,
+                                                              inverse_maps=not self.uses_pair_lists())
+        needed = (int(num_input_voxels),) + tuple(int(c) + int(d) for c, d in zip(counts[1:], dropped[1:]))
+        pairs = tuple(self.backbone.count_pairs(nbrs, levels).tolist()) if self.uses_pair_lists() else ()
+        return RulebookMaps(tuple(nbrs), tuple(levels), needed, pairs)
+
+    def static_inputs(self, inputs, strict=None, maps=None):
         """Pre-ops: pad the preprocessor's output to the bounds and build the first-stage rulebooks (eager).
 
         Args:
@@ -145,6 +177,8 @@ class StaticDetectorMixin:
                 ``point2voxel``); its voxelization is the voxel hashing of the pre-ops.
             strict (bool, optional): raise when a bound of the pre-ops (``max_points``, ``max_voxels[s]``,
                 ``max_pairs``) overflows (default True); False truncates and counts (deploy runtimes).
+            maps (RulebookMaps, optional): :meth:`first_stage_rulebooks` of the same inputs by a model with bounds
+                >= these (cut to these bounds instead of building them again).
         Returns:
             StaticInputs
         """
@@ -158,9 +192,11 @@ class StaticDetectorMixin:
             p2v = inputs['point2voxel'][:points.bound]
             p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
             p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
-            nbrs, _, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict,
-                                                             inverse_maps=not self.uses_pair_lists())
-            dropped = [drop_p, drop_v.to(drop_p)] + [d.to(drop_p) for d in dropped[1:]]
+            if maps is None:
+                maps = self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
+            nbrs = self.backbone.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
+            dropped = [drop_p, drop_v.to(drop_p)] + [check_bound(n, b, f'max_voxels[{s}]', strict=strict).to(drop_p)
+                                                     for s, (n, b) in enumerate(zip(maps.needed, levels)) if s > 0]
             if self.uses_pair_lists():
                 nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
                                                                   strict=strict)
@@ -337,4 +373,5 @@ def dynamic_path(model):
             model.static = previous
 
 
-__all__ = ['dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'StaticDetectorMixin', 'StaticGraph']
+__all__ = ['RulebookMaps', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'StaticDetectorMixin',
+           'StaticGraph']
