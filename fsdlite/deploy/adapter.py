@@ -138,6 +138,12 @@ class DeployAdapter:
         running its pre-ops).  Default: True."""
         return True
 
+    def measure_needs(self, prepared):
+        """:meth:`prepare_input`'s result with what the input needs measured (at this adapter's bounds, the
+        largest), so that :meth:`may_fit` of smaller tiers is exact; called after a tier's pre-ops overflowed.
+        Default: unchanged."""
+        return prepared
+
     def pre_ops(self, data):
         """:class:`PreOpsResult` for one batch of raw data (or of :meth:`prepare_input`'s result)."""
         raise NotImplementedError

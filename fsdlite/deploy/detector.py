@@ -50,11 +50,11 @@ TOLERANCE = 1e-4  # abs, on logits and regressions (float32 graph vs float32 PyT
 class PreprocessedClouds(NamedTuple):
     """The part of the pre-ops the capacity tiers share: ``inputs``, the data preprocessor's output for one batch
     (range filter, voxel hashing: ``points`` (n, C), ``batch`` (n,), ``voxel_coors`` (v, 4), ``point2voxel``
-    (n,)), and ``maps``, its first-stage rulebooks at the preparing adapter's bounds
-    (``fsdlite.models.detectors.static.RulebookMaps``: what every level and pair slot needs, and the maps the
+    (n,)), and ``maps``, None or (``DetectorAdapter.measure_needs``) its first-stage rulebooks at the largest
+    tier's bounds (``fsdlite.models.detectors.static.RulebookMaps``: what every level needs, and the maps the
     smaller tiers cut to their bounds)."""
     inputs: dict
-    maps: object
+    maps: object = None
 
 
 class DetectorGraph(GraphModule):
@@ -176,18 +176,30 @@ class DetectorAdapter(DeployAdapter):
         if len(clouds) != self.batch_size:
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
         with torch.no_grad():
-            inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
-            return PreprocessedClouds(inputs, self.model.first_stage_rulebooks(inputs, strict=False))
+            return PreprocessedClouds(self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs'])
+
+    def measure_needs(self, prepared):
+        """``prepared`` with its first-stage rulebooks built at this adapter's bounds (see PreprocessedClouds)."""
+        prepared = self.prepare_input(prepared)
+        if prepared.maps is not None:
+            return prepared
+        with torch.no_grad():
+            return prepared._replace(maps=self.model.first_stage_rulebooks(prepared.inputs, strict=False))
 
     def may_fit(self, prepared):
-        """True when every pre-op bound holds for the batch: its points, the voxels of every UNet level and the
-        rulebook pairs of every slot (exact: counted on the prepared rulebooks)."""
-        prepared = self.prepare_input(prepared)
-        bounds = self.model.bounds
-        pair_bounds = bounds['max_pairs'] if self.model.uses_pair_lists() else ()
-        return (prepared.inputs['points'].shape[0] <= bounds['max_points']
-                and all(n <= b for n, b in zip(prepared.maps.needed, bounds['max_voxels']))
-                and all(n <= b for n, b in zip(prepared.maps.pairs, pair_bounds)))
+        """False when the batch has more points than ``max_points`` or input voxels than ``max_voxels[0]``; once
+        its needs are measured (:meth:`measure_needs`), False unless every level's voxels and every slot's
+        rulebook pairs fit too (exact)."""
+        prepared, bounds = self.prepare_input(prepared), self.model.bounds
+        needed = (prepared.inputs['voxel_coors'].shape[0],) if prepared.maps is None else prepared.maps.needed
+        if prepared.inputs['points'].shape[0] > bounds['max_points'] or any(
+                n > b for n, b in zip(needed, bounds['max_voxels'])):
+            return False
+        if prepared.maps is None or not self.model.uses_pair_lists():
+            return True
+        maps = prepared.maps  # pairs are counted only for a tier whose voxels fit
+        pairs = self.model.backbone.count_pairs(maps.nbrs, maps.max_voxels).tolist()
+        return all(n <= b for n, b in zip(pairs, bounds['max_pairs']))
 
     def pre_ops(self, data):
         prepared = self.prepare_input(data)

@@ -11,9 +11,10 @@ plain-ONNX graph, checked like ``model.onnx``.
 
 At run time (:class:`~fsdlite.deploy.runtime.DeployedModel`) the pre-ops run for the smallest tier whose pre-op
 bounds hold for the input (:func:`select_tier`); an input that fits no tier runs ``model.onnx`` with the full
-bounds (and, as before, anything beyond them is dropped and counted).  The detectors build the first-stage
-rulebooks once, at the full bounds, count exactly what every level and pair slot needs, and cut the maps to the
-chosen tier's bounds (``SparseUNet.shrink_rulebooks``): no pre-ops run for a tier that does not fit.  A tier only changes padding, so it returns
+bounds (and, as before, anything beyond them is dropped and counted).  The detectors first try the smallest tier
+whose points and input voxels fit; when a deeper UNet level or pair slot of it overflows, they build the
+first-stage rulebooks once at the full bounds, count exactly what every level and pair slot needs, and cut the
+maps to the chosen tier's bounds (``SparseUNet.shrink_rulebooks``) instead of trying tier after tier.  A tier only changes padding, so it returns
 what ``model.onnx`` returns on the same input (the per-point / per-voxel outputs have the tier's row count).
 """
 from typing import NamedTuple
@@ -49,12 +50,15 @@ def select_tier(tiers, data):
         data: one batch of raw data (the family's format).
     Returns:
         ``(tier, pre)``: the chosen :class:`Tier` and its :class:`~fsdlite.deploy.adapter.PreOpsResult`.  A tier is
-        taken when its pre-ops dropped nothing; tiers its adapter rules out cheaply (``may_fit``: e.g. more points
-        than ``max_points``) are skipped without running their pre-ops; the last tier is taken in any case.
+        taken when its pre-ops dropped nothing; tiers its adapter rules out (``may_fit``: e.g. more points than
+        ``max_points``) are skipped without running their pre-ops; after a tier's pre-ops dropped something the
+        largest tier's adapter measures what the input needs (``measure_needs``) so that ``may_fit`` decides the
+        remaining tiers exactly; the last tier is taken in any case.
     """
     if not tiers:
         raise ValueError('select_tier: tiers must not be empty')
-    prepared = tiers[-1].adapter.prepare_input(data)
+    largest = tiers[-1].adapter
+    prepared = largest.prepare_input(data)
     for index, tier in enumerate(tiers):
         last = index == len(tiers) - 1
         if not last and not tier.adapter.may_fit(prepared):
@@ -62,6 +66,7 @@ def select_tier(tiers, data):
         pre = tier.adapter.pre_ops(prepared)
         if last or not any(pre.dropped.values()):
             return tier, pre
+        prepared = largest.measure_needs(prepared)  # a miss: let may_fit judge the remaining tiers exactly
     raise AssertionError('unreachable: the last tier is always taken')
 
 

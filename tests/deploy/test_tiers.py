@@ -30,7 +30,8 @@ def test_tier_scales_are_sorted_and_bounds_rounded_up():
 
 
 class SizedAdapter:
-    """A tier adapter over inputs that are just a size: fits up to ``capacity``; records its pre-ops calls."""
+    """A tier adapter over inputs that are just a size: fits up to ``capacity``; records its pre-ops calls.  Without
+    ``cheap_check`` it cannot judge a size before it is measured (``measure_needs`` wraps it in a tuple)."""
 
     def __init__(self, capacity, cheap_check=True):
         self.capacity, self.cheap_check, self.calls = capacity, cheap_check, 0
@@ -39,11 +40,19 @@ class SizedAdapter:
         return data
 
     def may_fit(self, size):
-        return not self.cheap_check or size <= self.capacity
+        measured = isinstance(size, tuple)
+        return not (self.cheap_check or measured) or self.size(size) <= self.capacity
+
+    def measure_needs(self, size):
+        return (self.size(size),)
+
+    @staticmethod
+    def size(size):
+        return size[0] if isinstance(size, tuple) else size
 
     def pre_ops(self, size):
         self.calls += 1
-        return PreOpsResult({}, None, dict(max_size=max(0, size - self.capacity)))
+        return PreOpsResult({}, None, dict(max_size=max(0, self.size(size) - self.capacity)))
 
 
 def sized_tiers(*adapters):
@@ -59,12 +68,17 @@ def test_select_tier_takes_the_smallest_that_holds():
     assert tier.scale == 1.0 and pre.dropped == dict(max_size=59)
 
 
-def test_select_tier_steps_up_when_a_pre_op_bound_overflows():
-    """A bound only the pre-ops can measure (no cheap check) overflows: the next tier runs."""
+def test_select_tier_measures_the_needs_after_a_miss():
+    """A bound only the pre-ops can measure (no cheap check) overflows: the needs are measured and the remaining
+    tiers are judged exactly (no pre-ops for a tier that cannot hold the input)."""
     tiers = sized_tiers(SizedAdapter(10, cheap_check=False), SizedAdapter(20, cheap_check=False),
-                        SizedAdapter(40))
+                        SizedAdapter(40, cheap_check=False))
     tier, _ = select_tier(tiers, 15)
     assert tier.scale == 0.5 and [t.adapter.calls for t in tiers] == [1, 1, 0]
+    for t in tiers:
+        t.adapter.calls = 0
+    tier, pre = select_tier(tiers, 30)
+    assert tier.scale == 1.0 and pre.dropped == dict(max_size=0) and [t.adapter.calls for t in tiers] == [1, 0, 1]
     with pytest.raises(ValueError, match='tiers must not be empty'):
         select_tier([], 1)
 
@@ -137,7 +151,7 @@ def test_tier_pre_ops_reuse_the_full_rulebooks_exactly(tiered_export, kitti_fram
     dropped = small.adapter.pre_ops(right.data).dropped
     assert dropped['max_points'] == dropped['max_voxels[0]'] == 0 and dropped['max_voxels[2]'] > 0, dropped
     for frame in (kitti_frame, half_frame(kitti_frame), right):
-        prepared = deployed.tiers[-1].adapter.prepare_input(frame.data)
+        prepared = deployed.tiers[-1].adapter.measure_needs(frame.data)
         for tier in deployed.tiers:
             direct = tier.adapter.pre_ops(frame.data)  # prepares and builds at the tier's own bounds
             assert tier.adapter.may_fit(prepared) == (not any(direct.dropped.values())), (frame.name, tier.scale)

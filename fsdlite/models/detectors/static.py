@@ -52,7 +52,6 @@ class RulebookMaps(NamedTuple):
     nbrs: tuple        #: (V_s, K) int64 maps in execution order (inverse maps None when pair lists are used)
     max_voxels: tuple  #: the level bounds they were built at
     needed: tuple      #: voxels each level needs (level 0: the input voxels; deeper: valid + dropped)
-    pairs: tuple       #: real pairs per ``SparseUNet.pair_slots`` entry (empty without pair lists)
 
 
 class PaddedInstances(NamedTuple):
@@ -166,8 +165,7 @@ class StaticDetectorMixin:
         nbrs, counts, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict,
                                                               inverse_maps=not self.uses_pair_lists())
         needed = (int(num_input_voxels),) + tuple(int(c) + int(d) for c, d in zip(counts[1:], dropped[1:]))
-        pairs = tuple(self.backbone.count_pairs(nbrs, levels).tolist()) if self.uses_pair_lists() else ()
-        return RulebookMaps(tuple(nbrs), tuple(levels), needed, pairs)
+        return RulebookMaps(tuple(nbrs), tuple(levels), needed)
 
     def static_inputs(self, inputs, strict=None, maps=None):
         """Pre-ops: pad the preprocessor's output to the bounds and build the first-stage rulebooks (eager).
