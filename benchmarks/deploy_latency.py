@@ -15,8 +15,8 @@ model's channels (same bounds, same frame) and the slim config + weights go thro
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
-slower than eager (``eager / ort >= 1``, ORT as shipped).  ``--margin M`` replaces the configured bounds by the input's own needs
-times M (the padding overhead of the fixed shapes at its smallest).
+slower than eager (``eager / ort >= 1``, ORT as shipped).  ``--margin M`` replaces the configured bounds by the
+input's own needs times M (the padding overhead of the fixed shapes at its smallest).
 
     python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--margin M] [--only fsd voxelnet ...]
                                         [--slim-width W | --slim-width 0 (no slim rows)] [--tiers S ... | --tiers]

@@ -8,11 +8,11 @@ short fine-tune with the config's own (rescaled) schedule.
 Every variant is measured on the same samples (batch 1, one torch thread): MACs on the first item of the
 config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
 predict forwards, for the slimmed weights before and after the fine-tune, all variants of a family timed
-together at the end in turns (round robin over frames and repeats, so machine load hits them alike) (a detector's later stages depend on
-what it predicts, so the fine-tuned latency is the one that counts; the speed-up uses it); peak memory = RSS growth of one predict forward
-in a fresh process (``_harness.run_isolated``). The metric is the config's test evaluator on its held-out
-set (FSD-lite: 3D mAP over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy;
-KPCNN: shape accuracy). Fine-tuning CPU time is the process CPU time of the training run.
+together at the end in turns (round robin over frames and repeats, so machine load hits them alike) (a
+detector's later stages depend on what it predicts, so the fine-tuned latency is the one that counts; the
+speed-up uses it); peak memory = RSS growth of one predict forward in a fresh process
+(``_harness.run_isolated``). The metric is the config's test evaluator on its held-out set (FSD-lite: 3D mAP
+over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy; KPCNN: shape accuracy). Fine-tuning CPU time is the process CPU time of the training run.
 
 Control: the original gets the same fine-tune as the slim variants (``--no-control`` skips it), so a slim model's
 extra training is not mistaken for a better model: speed-ups and the metric drop compare fine-tuned with
@@ -204,12 +204,13 @@ def main(argv=None):
             raise SystemExit(f'--{name}-ckpt {ckpt!r} does not exist')
         all_rows += run_family(name, FAMILIES[name], args, ckpt)
     table = [[r['family'], r['variant'], f"{r['params']:,}", fmt(r['macs'], 1e-6), fmt(r['latency_s'], 1e3),
-              fmt(r.get('latency_ft_s'), 1e3), f"{r['speedup']:.2f}x", fmt(r['peak_bytes'], 2 ** -20), r['metric_name'], fmt(r['metric'], 100, 2),
+              fmt(r.get('latency_ft_s'), 1e3), f"{r['speedup']:.2f}x", fmt(r['peak_bytes'], 2 ** -20),
+              r['metric_name'], fmt(r['metric'], 100, 2),
               fmt(r.get('metric_finetuned'), 100, 2), str(r.get('finetune_iters', '')),
               fmt(r.get('finetune_cpu_min'), 1, 1)] for r in all_rows]
     print()
-    h.print_table(['family', 'variant', 'params', 'MMACs', 'latency ms', 'after FT ms', 'speed-up', 'peak MiB', 'metric',
-                   'before FT x100', 'after FT x100', 'FT iters', 'FT CPU min'], table)
+    h.print_table(['family', 'variant', 'params', 'MMACs', 'latency ms', 'after FT ms', 'speed-up', 'peak MiB',
+                   'metric', 'before FT x100', 'after FT x100', 'FT iters', 'FT CPU min'], table)
     summary = {}
     fsd = [r for r in all_rows if r['family'] == 'fsd']
     if fsd and any(r['variant'] == f'width {args.width}' for r in fsd):

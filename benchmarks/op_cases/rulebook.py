@@ -1,4 +1,5 @@
-"""rulebook ops (C++; rulebook_pairs on the submanifold map) vs the pure-torch reference and spconv's own indice-pair generation (Native, CPU).
+"""rulebook ops (C++; rulebook_pairs on the submanifold map) vs the pure-torch reference and spconv's own
+indice-pair generation (Native, CPU).
 
 Voxels: the 125,562-voxel Waymo-range frame of ../shared/data/spconv_waymo (grid 80 x 1600 x 1600; spconv's
 benchmark), or the ``V`` voxels of it nearest to the sensor in bird's-eye view; a synthetic voxel set of the

@@ -5,17 +5,17 @@ frames measured), and a fixed-shape graph does the padded work whatever the inpu
 capacity it does not use.  With tiers (``deploy/export_onnx.py --tiers 0.4 0.6``) the exporter also writes, for
 each scale ``s < 1``, a graph whose **pre-op bounds** -- the sizes the pre-ops alone decide before the graph runs
 (detectors: ``max_points``, ``max_voxels``, ``max_pairs``) -- are the folder's bounds times ``s`` (rounded up,
-``fsdlite.structures.bounds.scale_bounds``);
-every in-graph bound (foreground points, clusters, boxes) stays.  Each tier graph is an ordinary fixed-shape
-plain-ONNX graph, checked like ``model.onnx``.
+``fsdlite.structures.bounds.scale_bounds``); every in-graph bound (foreground points, clusters, boxes) stays.
+Each tier graph is an ordinary fixed-shape plain-ONNX graph, checked like ``model.onnx``.
 
 At run time (:class:`~fsdlite.deploy.runtime.DeployedModel`) the pre-ops run for the smallest tier whose pre-op
 bounds hold for the input (:func:`select_tier`); an input that fits no tier runs ``model.onnx`` with the full
 bounds (and, as before, anything beyond them is dropped and counted).  The detectors first try the smallest tier
 whose points and input voxels fit; when a deeper UNet level or pair slot of it overflows, they build the
 first-stage rulebooks once at the full bounds, count exactly what every level and pair slot needs, and cut the
-maps to the chosen tier's bounds (``SparseUNet.shrink_rulebooks``) instead of trying tier after tier.  A tier only changes padding, so it returns
-what ``model.onnx`` returns on the same input (the per-point / per-voxel outputs have the tier's row count).
+maps to the chosen tier's bounds (``SparseUNet.shrink_rulebooks``) instead of trying tier after tier.  A tier
+only changes padding, so it returns what ``model.onnx`` returns on the same input (the per-point / per-voxel
+outputs have the tier's row count).
 """
 from typing import NamedTuple
 

@@ -168,8 +168,10 @@ def test_opcheck(batched):
      ValueError, r'query_batch must be sorted non-decreasing.*query_batch\[1\]=1 > query_batch\[2\]=0'),
     (lambda q, s: knn(q, s, 2, torch.zeros(4, dtype=torch.int32), torch.zeros(5, dtype=torch.long)),
      TypeError, 'query_batch must have dtype torch.int64'),
-    (lambda q, s: knn(q.index_fill(0, torch.tensor([2]), float('nan')), s, 2), ValueError, 'query must contain only finite'),
-    (lambda q, s: knn(q, s.index_fill(0, torch.tensor([1]), float('inf')), 2), ValueError, 'support must contain only finite'),
+    (lambda q, s: knn(q.index_fill(0, torch.tensor([2]), float('nan')), s, 2), ValueError,
+     'query must contain only finite'),
+    (lambda q, s: knn(q, s.index_fill(0, torch.tensor([1]), float('inf')), 2), ValueError,
+     'support must contain only finite'),
     (lambda q, s: knn([[0.0, 0.0, 0.0]], s, 2), TypeError, 'query must be a torch.Tensor'),
 ])
 def test_invalid_inputs_raise(call, error, match):

@@ -158,7 +158,8 @@ def test_calibrate_neighbor_limit():
     (lambda: calibrate_neighbor_limit(torch.zeros(0, dtype=torch.long)), ValueError, 'counts is empty'),
     (lambda: calibrate_neighbor_limit(torch.tensor([3, -1])), ValueError, 'counts must be >= 0, got -1'),
     (lambda: calibrate_neighbor_limit(torch.ones(3)), TypeError, 'counts must have one of the dtypes'),
-    (lambda: calibrate_neighbor_limit(torch.ones(3, dtype=torch.long), 0.0), ValueError, r'quantile must lie in \(0, 1\]'),
+    (lambda: calibrate_neighbor_limit(torch.ones(3, dtype=torch.long), 0.0), ValueError,
+     r'quantile must lie in \(0, 1\]'),
     (lambda: calibrate_neighbor_limit(torch.ones(3, dtype=torch.long), 1.5), ValueError, 'quantile must lie'),
     (lambda: calibrate_neighbor_limit(torch.ones(3, dtype=torch.long), 'x'), TypeError, 'quantile must be a number'),
 ])

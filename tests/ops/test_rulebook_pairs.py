@@ -70,7 +70,8 @@ def test_truncation_drops_the_highest_offsets():
     (lambda: rulebook_pairs(torch.zeros(3, 2), 4, 8, 4), TypeError, 'nbr must have one of the dtypes'),
     (lambda: rulebook_pairs(torch.zeros(3, dtype=torch.long), 4, 8, 4), ValueError, 'nbr must be 2-D'),
     (lambda: rulebook_pairs(torch.tensor([[5]]), 4, 8, 4), ValueError, r'nbr contains 5, expected values in \[0, 5\)'),
-    (lambda: rulebook_pairs(torch.tensor([[-1]]), 4, 8, 4), ValueError, r'nbr contains -1, expected values in \[0, 5\)'),
+    (lambda: rulebook_pairs(torch.tensor([[-1]]), 4, 8, 4), ValueError,
+     r'nbr contains -1, expected values in \[0, 5\)'),
     (lambda: rulebook_pairs(torch.zeros(3, 2, dtype=torch.long), 4, 7, 4), ValueError,
      r'capacity must be a multiple of tile \(4\), got 7'),
     (lambda: rulebook_pairs(torch.zeros(3, 2, dtype=torch.long), 4, 8, 0), ValueError, 'tile must be > 0, got 0'),
@@ -106,4 +107,5 @@ def test_cuda_matches_cpu():
         gpu = rulebook_pairs(nbr.cuda(), vin, tiles * tile, tile)
         for a, b in zip(gpu, cpu):
             assert torch.equal(a.cpu(), b)
-    torch.library.opcheck(torch.ops.fsdlite.rulebook_pairs.default, (random_map(50, 40, 27, 0.2, 4).cuda(), 40, 256, 32))
+    args = (random_map(50, 40, 27, 0.2, 4).cuda(), 40, 256, 32)
+    torch.library.opcheck(torch.ops.fsdlite.rulebook_pairs.default, args)

@@ -110,9 +110,10 @@ class SIR(BaseModule):
 
     def forward(self, feats, xyz, cluster, num_clusters, cluster_xyz, padded=False):
         """See the class docstring."""
-        if feats.shape[0] != xyz.shape[0] or cluster.shape != (feats.shape[0],) or cluster_xyz.shape != (num_clusters, 3):
-            raise ValueError(f'SIR: expected feats (P, F), xyz (P, 3), cluster (P,), cluster_xyz (K={num_clusters}, 3), '
-                             f'got {tuple(feats.shape)}, {tuple(xyz.shape)}, {tuple(cluster.shape)}, '
+        points = feats.shape[0]
+        if xyz.shape[0] != points or cluster.shape != (points,) or cluster_xyz.shape != (num_clusters, 3):
+            raise ValueError(f'SIR: expected feats (P, F), xyz (P, 3), cluster (P,), cluster_xyz (K={num_clusters}, '
+                             f'3), got {tuple(feats.shape)}, {tuple(xyz.shape)}, {tuple(cluster.shape)}, '
                              f'{tuple(cluster_xyz.shape)}')
         gather = _cluster_ops(padded)[1]
         rel = (xyz - gather(cluster_xyz, cluster)) / self.xyz_normalizer.to(xyz.dtype)

@@ -62,8 +62,8 @@ def test_graph_rulebook_rejects_voxels_outside_the_key_space():
 @pytest.fixture(scope='module')
 def unet(kit):
     torch.manual_seed(0)
-    net = MODELS.build(dict(type='SparseUNet', in_channels=5, voxel_size=(0.5, 0.5, 0.5), point_range=(0, 0, 0, 4, 6, 3),
-                            base_channels=8, encoder_channels=((8,), (16,), (16,)),
+    net = MODELS.build(dict(type='SparseUNet', in_channels=5, voxel_size=(0.5, 0.5, 0.5),
+                            point_range=(0, 0, 0, 4, 6, 3), base_channels=8, encoder_channels=((8,), (16,), (16,)),
                             decoder_channels=((16, 16, 16), (16, 16, 8), (8, 8, 8))))
     return kit.randomize_bn(net).eval().double()
 
