@@ -12,7 +12,8 @@ together at the end in turns (round robin over frames and repeats, so machine lo
 detector's later stages depend on what it predicts, so the fine-tuned latency is the one that counts; the
 speed-up uses it); peak memory = RSS growth of one predict forward in a fresh process
 (``_harness.run_isolated``). The metric is the config's test evaluator on its held-out set (FSD-lite: 3D mAP
-over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy; KPCNN: shape accuracy). Fine-tuning CPU time is the process CPU time of the training run.
+over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy; KPCNN: shape accuracy).
+Fine-tuning CPU time is the process CPU time of the training run.
 
 Control: the original gets the same fine-tune as the slim variants (``--no-control`` skips it), so a slim model's
 extra training is not mistaken for a better model: speed-ups and the metric drop compare fine-tuned with
