@@ -12,8 +12,13 @@ virtual voxels per mixer level, boxes before NMS), then prints the maxima and ``
 Foreground, cluster and box counts depend on the weights: pass the trained ``--checkpoint`` (without one the
 model has random weights and the output says so).  Per-class foreground bounds are capped at the sampler's
 ``max_per_class`` budget (the static path never selects more).
+
+It also prints, per frame, the fraction of the recommended pre-op bounds (points, voxels per level, rulebook pairs)
+it needs -- the capacity tier it would run on when deployed with ``deploy/export_onnx.py --tiers`` -- and suggests
+tiers at the median and 90th percentile of those fractions.
 """
 import argparse
+import math
 import os.path as osp
 import sys
 
@@ -28,6 +33,7 @@ from mmengine.utils import ProgressBar  # noqa: E402
 
 from fsdlite.engine.errors import ToolError  # noqa: E402
 from fsdlite.engine.tool_setup import load_config, require_file  # noqa: E402
+from fsdlite.models.detectors.static import PRE_OP_BOUNDS  # noqa: E402
 from fsdlite.registry import DATASETS, MODELS  # noqa: E402
 from fsdlite.structures.bounds import merge_max, scale_bounds  # noqa: E402
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
@@ -83,6 +89,24 @@ def recommend(maxima, margin, budgets):
     return out
 
 
+def tier_fractions(history, bounds, names=PRE_OP_BOUNDS):
+    """Per frame, the largest ``needed / bound`` over the entries of the bounds named in ``names``: the smallest
+    capacity tier scale whose bounds (``scale_bounds(bounds, s, names)``) hold the frame."""
+    def entries(values):
+        return values if isinstance(values, list) else [values]
+
+    return [max(n / b for name in names if name in bounds for n, b in zip(entries(needed[name]), entries(bounds[name])))
+            for needed in history]
+
+
+def suggest_tiers(fractions, step=0.05):
+    """Tier scales at the median and 90th percentile of ``fractions``, rounded up to ``step``; those below 1 only."""
+    ordered = sorted(fractions)
+    picks = [ordered[max(math.ceil(q * len(ordered)) - 1, 0)] for q in (0.5, 0.9)]
+    scales = sorted({round(math.ceil(p / step - 1e-9) * step, 4) for p in picks})
+    return [s for s in scales if s < 1]
+
+
 def snippet(bounds):
     """``bounds = dict(...)`` as Python config text."""
     items = ', '.join(f'{k}={v!r}' for k, v in bounds.items())
@@ -128,8 +152,16 @@ def main(argv=None):
         else:
             mean = round(sum(values) / len(values), 1)
         print(f'{key:<20}  {str(value):<28}  {mean}')
+    fractions = tier_fractions(history, bounds)
+    tiers = suggest_tiers(fractions)
+    ordered = sorted(fractions)
+    print(f'pre-op needs per frame as a fraction of these bounds (its capacity tier): min {ordered[0]:.2f}, median '
+          f'{ordered[(len(ordered) - 1) // 2]:.2f}, max {ordered[-1]:.2f}; '
+          + (f'suggested: deploy/export_onnx.py ... --tiers {" ".join(f"{t:g}" for t in tiers)}' if tiers else
+             'no capacity tier below 1 would help'))
     text = (f'# measured by tools/collect_bounds.py {args.config} on {len(history)} frame(s), margin {args.margin}\n'
-            f'{snippet(bounds)}\n')
+            + (f'# capacity tiers for deploy/export_onnx.py: --tiers {" ".join(f"{t:g}" for t in tiers)}\n'
+               if tiers else '') + f'{snippet(bounds)}\n')
     print(text, end='')
     if args.out:
         with open(args.out, 'w') as f:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from fsdlite.models.detectors.static import dynamic_path
+from fsdlite.models.detectors.static import PRE_OP_BOUNDS, dynamic_path
 from fsdlite.structures.bounds import merge_max
 
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
@@ -83,7 +83,7 @@ class DetectorAdapter(DeployAdapter):
     """
 
     family = 'detector'
-    tier_bound_names = ('max_points', 'max_voxels', 'max_pairs')
+    tier_bound_names = PRE_OP_BOUNDS
 
     def __init__(self, model, bounds, batch_size=1):
         if not getattr(model, 'static', False):

@@ -68,7 +68,10 @@ def test_collect_bounds_margin_and_errors(tools, capsys, tmp_path):
                         *SMALL])
     text = out_file.read_text()
     assert 'margin 1.5' in text and Config.fromstring(text, '.py').bounds.to_dict() == bounds
+    # one frame at margin 1.5 needs ~1/1.5 of every pre-op bound: a tier of 0.7 holds it
+    assert '# capacity tiers for deploy/export_onnx.py: --tiers 0.7\n' in text
     printed = capsys.readouterr().out
+    assert 'pre-op needs per frame as a fraction of these bounds (its capacity tier): min 0.67' in printed
     row = next(line for line in printed.splitlines() if line.startswith('max_points'))
     assert bounds['max_points'] == math.ceil(int(row.split()[1]) * 1.5)
     with pytest.raises(SystemExit) as exc:
@@ -80,3 +83,16 @@ def test_collect_bounds_margin_and_errors(tools, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         tool.main([CONFIG, '--checkpoint', str(tmp_path / 'missing.pth'), '--num-frames', '1'])
     assert exc.value.code == 2 and 'missing.pth' in capsys.readouterr().err
+
+
+def test_tier_fractions_and_suggested_tiers(tools):
+    tool = tools.load('collect_bounds')
+    bounds = dict(max_points=100, max_voxels=[50, 20], max_pairs=[10], max_boxes=5)
+    history = [dict(max_points=30, max_voxels=[10, 12], max_pairs=[2], max_boxes=5),   # level 1 decides: 0.6
+               dict(max_points=80, max_voxels=[10, 2], max_pairs=[2], max_boxes=1),    # points: 0.8
+               dict(max_points=10, max_voxels=[5, 2], max_pairs=[9], max_boxes=0)]     # pairs: 0.9 (boxes ignored)
+    fractions = tool.tier_fractions(history, bounds)
+    assert fractions == pytest.approx([0.6, 0.8, 0.9])
+    assert tool.suggest_tiers(fractions) == [0.8, 0.9]  # median and 90th percentile
+    assert tool.suggest_tiers([0.61, 0.62]) == [0.65]
+    assert tool.suggest_tiers([0.97, 1.0]) == []  # nothing below 1 would help

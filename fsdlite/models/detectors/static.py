@@ -69,6 +69,8 @@ class PaddedInstances(NamedTuple):
 
 
 GRAPH_OUTPUTS = ('boxes', 'scores', 'labels', 'batch', 'num_boxes', 'dropped')
+#: the bounds the pre-ops alone decide, before the fixed-shape forward runs (the rest are in-graph bounds)
+PRE_OP_BOUNDS = ('max_points', 'max_voxels', 'max_pairs')
 
 
 class StaticDetectorMixin:
@@ -371,5 +373,5 @@ def dynamic_path(model):
             model.static = previous
 
 
-__all__ = ['RulebookMaps', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'StaticDetectorMixin',
-           'StaticGraph']
+__all__ = ['RulebookMaps', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'PRE_OP_BOUNDS',
+           'StaticDetectorMixin', 'StaticGraph']
