@@ -76,20 +76,53 @@ def run_isolated(script, function, kwargs=None, timeout=1800, threads=None, warm
     Returns:
         dict: ``seconds``, ``peak_bytes`` (growth over the pre-call RSS), ``ok``, ``error``.
     """
-    code = (
-        'import json, sys, time\n'
-        f'sys.path.insert(0, {str(REPO_ROOT / "benchmarks")!r})\n'
-        'import _harness as h\n'
-        f'res = h._child({str(script)!r}, {function!r}, json.loads({json.dumps(json.dumps(kwargs or {}))}), '
-        f'{threads!r}, {warmup!r})\n'
-        'print("ISOLATED " + json.dumps(res))\n')
+    code = (f'import sys\nsys.path.insert(0, {str(REPO_ROOT / "benchmarks")!r})\nimport _harness as h\n'
+            f'res = h._child({str(script)!r}, {function!r}, json.loads({_json_literal(kwargs)}), {threads!r}, '
+            f'{warmup!r})\n')
+    result, tail = _fresh_interpreter(code, timeout)
+    if result is None:
+        return {'ok': False, 'error': tail, 'seconds': float('nan'), 'peak_bytes': float('nan')}
+    return result
+
+
+def call_isolated(script, function, kwargs=None, timeout=1800, threads=None):
+    """Return ``script:function(**kwargs)`` (JSON-serialisable) computed in a fresh interpreter: timings free of
+    what the calling process did before (its allocator state after training, loaded modules, caches).
+
+    Args:
+        script (str | Path): file defining ``function``.
+        function (str): its name.
+        kwargs (dict): JSON-serialisable arguments.
+        timeout (float): seconds.
+        threads (int): torch intra-op threads in the child (default: torch's default).
+    Raises:
+        RuntimeError: the child failed (its output's tail in the message).
+    """
+    code = ('import importlib.util\nimport torch\n'
+            + (f'torch.set_num_threads({int(threads)})\n' if threads else '')
+            + f'spec = importlib.util.spec_from_file_location("bench_module", {str(script)!r})\n'
+            'module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n'
+            f'res = getattr(module, {function!r})(**json.loads({_json_literal(kwargs)}))\n')
+    result, tail = _fresh_interpreter(code, timeout)
+    if result is None:
+        raise RuntimeError(f'{script}:{function} failed in a fresh process: {tail}')
+    return result
+
+
+def _json_literal(kwargs):
+    """Python source of a string holding ``kwargs`` as JSON."""
+    return json.dumps(json.dumps(kwargs or {}))
+
+
+def _fresh_interpreter(code, timeout):
+    """Run ``code`` (which leaves its JSON-serialisable result in ``res``) in a new interpreter:
+    ``(result, '')`` or ``(None, 'exit N: <output tail>')``."""
+    code = 'import json\n' + code + 'print("ISOLATED " + json.dumps(res))\n'
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout)
     for line in proc.stdout.splitlines():
         if line.startswith('ISOLATED '):
-            return json.loads(line[len('ISOLATED '):])
-    tail = (proc.stderr or proc.stdout)[-2000:]
-    return {'ok': False, 'error': f'exit {proc.returncode}: {tail}', 'seconds': float('nan'),
-            'peak_bytes': float('nan')}
+            return json.loads(line[len('ISOLATED '):]), ''
+    return None, f'exit {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}'
 
 
 def _child(script, function, kwargs, threads, warmup):

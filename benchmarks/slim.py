@@ -8,7 +8,8 @@ short fine-tune with the config's own (rescaled) schedule.
 Every variant is measured on the same samples (batch 1, one torch thread): MACs on the first item of the
 config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
 predict forwards, for the slimmed weights before and after the fine-tune, all variants of a family timed
-together at the end in turns (round robin over frames and repeats, so machine load hits them alike) (a
+together at the end in turns (round robin over frames and repeats, so machine load hits them alike) in a fresh
+process (after the fine-tunes the benchmark's own process runs every model 5-15 % slower, unevenly) (a
 detector's later stages depend on what it predicts, so the fine-tuned latency is the one that counts; the
 speed-up uses it); peak memory = RSS growth of one predict forward in a fresh process
 (``_harness.run_isolated``). The metric is the config's test evaluator on its held-out set (FSD-lite: 3D mAP
@@ -26,7 +27,6 @@ train_cfg.max_iters=6000 train_cfg.val_interval=6000 param_scheduler.1.T_max=600
 and any fine-tune looks like a gain. Ends with ``RESULT {json}``.
 """
 import argparse
-import copy
 import json
 import os.path as osp
 import sys
@@ -105,17 +105,42 @@ def interleaved_latency(models, frames, repeat):
     return {key: sum(statistics.median(t) for t in per_frame) / len(frames) for key, per_frame in times.items()}
 
 
-def latency_frames(prepared, count):
-    """Up to ``count`` preprocessed single-frame batches of the val set (fewer when the set is smaller)."""
+def latency_frames(cfg, model, count):
+    """Up to ``count`` preprocessed single-frame batches of the val set of ``cfg`` (at least one item)."""
     from fsdlite.slim.errors import SlimError
     from fsdlite.slim.sample import build_sample
     frames = []
     for i in range(max(1, count)):
         try:
-            frames.append(build_sample(prepared.cfg, prepared.model, indices=(i,)))
+            frames.append(build_sample(cfg, model, indices=(i,)))
         except SlimError:
+            if not frames:
+                raise
             break
-    return frames or [prepared.data]
+    return frames
+
+
+def isolated_latency(variants, config, options, frame_count, repeat):
+    """:func:`interleaved_latency` of models rebuilt in this (fresh) process (run by ``_harness.call_isolated``).
+
+    Args:
+        variants (dict): key -> ``[config path, weights file, cfg options or None]``.
+        config (str), options (dict | None): the config whose val items are timed (the original's).
+        frame_count, repeat (int): see :func:`interleaved_latency`.
+    Returns:
+        dict: key -> seconds.
+    """
+    import torch
+
+    from fsdlite.engine.tool_setup import load_config
+    from fsdlite.registry import MODELS
+    torch.set_num_threads(1)
+    models = {}
+    for key, (cfg_path, weights, opts) in variants.items():
+        models[key] = load_weights(MODELS.build(load_config(cfg_path, opts, allow_new_keys=True).model), weights)
+    cfg = load_config(config, options, allow_new_keys=True)
+    frames = latency_frames(cfg, next(iter(models.values())), frame_count)
+    return interleaved_latency(models, frames, repeat)
 
 
 def load_weights(model, checkpoint):
@@ -148,7 +173,6 @@ def run_family(name, spec, args, ckpt):
     iters = int(iters)
     print(f'\n=== {name}: {spec["config"]} (checkpoint {ckpt}) ===', flush=True)
     prepared = prepare(str(config), ckpt, options, log=print)
-    frames = latency_frames(prepared, args.latency_frames)
     variants = [('original', str(config), ckpt, options, None)]
     requests = {'width': (f'width {args.width}', SlimRequest(width=args.width)),
                 'depth': ('depth', SlimRequest(depth=dict(spec['depth']))),
@@ -157,12 +181,16 @@ def run_family(name, spec, args, ckpt):
         label, request = requests[key]
         written = write_slim(prepared, request, str(out / key))
         variants.append((label, written.config_path, written.checkpoint_path, None, written))
-    rows, timed = [], {}   # timed: (row index, latency field) -> model, measured together at the end
+    rows, timed = [], {}   # timed: 'index/latency field' -> [config, weights, options], measured together at the end
+    latency_dir = out / 'latency'
+    latency_dir.mkdir(parents=True, exist_ok=True)
     for label, cfg_path, weights, opts, written in variants:
         tag = label.replace(' ', '_').replace('+', 'and')
         model = prepared.model if written is None else written.slim_model
         macs, _, uncounted = count_macs(model, prepared.data)
-        timed[(len(rows), 'latency_s')] = copy.deepcopy(model)   # timed with the others at the end
+        untuned = latency_dir / f'{tag}.pth'  # the weights as built (fresh weights in --quick runs, too)
+        torch.save(dict(state_dict=model.state_dict()), untuned)
+        timed[f'{len(rows)}/latency_s'] = [str(cfg_path), str(untuned), opts]
         peak = float('nan') if args.no_memory else peak_memory(cfg_path, weights, opts)
         value, metrics = metric_of(cfg_path, weights, str(out / 'eval' / tag), opts, spec['metric'])
         row = dict(family=name, variant=label, params=count_params(model), macs=int(macs), peak_bytes=peak,
@@ -174,14 +202,17 @@ def run_family(name, spec, args, ckpt):
                        finetune_wall_min=(time.perf_counter() - wall0) / 60)
             row['metric_finetuned'], row['metrics_finetuned'] = metric_of(
                 cfg_path, tuned, str(out / 'eval' / (tag + '_ft')), opts, spec['metric'])
-            timed[(len(rows), 'latency_ft_s')] = load_weights(copy.deepcopy(model), tuned)
+            timed[f'{len(rows)}/latency_ft_s'] = [str(cfg_path), str(tuned), opts]
         if written is not None:
             row['changes'] = [list(c) for c in written.result.changes]
             row['depth'] = {k: v for k, v in spec['depth'].items()} if 'depth' in label else {}
             row['slim_config'], row['slim_checkpoint'] = cfg_path, weights
         rows.append(row)
-    for (index, field), seconds in interleaved_latency(timed, frames, args.repeat).items():
-        rows[index][field] = seconds
+    latencies = h.call_isolated(Path(__file__).resolve(), 'isolated_latency', dict(
+        variants=timed, config=str(config), options=options, frame_count=args.latency_frames, repeat=args.repeat))
+    for key, seconds in latencies.items():
+        index, field = key.split('/')
+        rows[int(index)][field] = seconds
     base = rows[0].get('latency_ft_s', rows[0]['latency_s'])  # the fine-tuned original when it was fine-tuned
     for row in rows:
         latency = row.get('latency_ft_s', row['latency_s'])
