@@ -35,7 +35,7 @@ from fsdlite.engine.errors import ToolError  # noqa: E402
 from fsdlite.engine.tool_setup import load_config, require_file  # noqa: E402
 from fsdlite.models.detectors.static import PRE_OP_BOUNDS  # noqa: E402
 from fsdlite.registry import DATASETS, MODELS  # noqa: E402
-from fsdlite.structures.bounds import merge_max, scale_bounds  # noqa: E402
+from fsdlite.structures.bounds import merge_max  # noqa: E402
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 SPLITS = ('train', 'val', 'test')
@@ -80,13 +80,6 @@ def build_dataset(cfg, split):
     if not loader or 'dataset' not in loader:
         raise ToolError(f'the config has no {split}_dataloader.dataset to measure')
     return DATASETS.build(loader['dataset'])
-
-
-def recommend(maxima, margin, budgets):
-    """Bounds from the maxima: ``ceil(max * margin)`` (at least 1); foreground bounds capped at the budgets."""
-    out = scale_bounds(maxima, margin)
-    out['max_fg_points'] = [min(v, b) for v, b in zip(out['max_fg_points'], budgets)]
-    return out
 
 
 def tier_fractions(history, bounds, names=PRE_OP_BOUNDS):
@@ -140,7 +133,7 @@ def main(argv=None):
         maxima, history = collect(model, dataset, args.num_frames)
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
-    bounds = recommend(maxima, args.margin, model.fg_sampler.max_per_class)
+    bounds = model.bounds_with_margin(maxima, args.margin)
     weights = f'checkpoint {args.checkpoint}' if args.checkpoint else \
         'RANDOM weights (seed 0): foreground / cluster / box counts are not those of a trained model'
     print(f'{type(model).__name__} on {len(history)} frame(s) of {args.split}_dataloader.dataset, {weights}')

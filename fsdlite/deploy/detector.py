@@ -15,7 +15,6 @@ from fsdlite.models.detectors.static import PRE_OP_BOUNDS, dynamic_path
 from fsdlite.structures.bounds import merge_max
 
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
-from .bounds_io import with_margin
 from .compare import match_detections, matched_rows_diff, tensor_diff
 from .exporter import plain_config
 from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
@@ -103,16 +102,14 @@ class DetectorAdapter(DeployAdapter):
 
     @classmethod
     def measure_bounds(cls, model, frames, margin):
-        """Needed sizes on the dynamic path (``model.measure_bounds``) over ``frames``, times ``margin``; the
-        per-class foreground bounds are capped at the sampler's budget (the static path never selects more)."""
+        """Needed sizes on the dynamic path (``model.measure_bounds``) over ``frames``, times ``margin``
+        (``model.bounds_with_margin``: foreground bounds capped at the sampler's budget)."""
         maxima = {}
         with torch.no_grad():
             for frame in frames:
                 inputs = model.data_preprocessor(dict(inputs=dict(points=list(frame.data))), False)['inputs']
                 merge_max(maxima, model.measure_bounds(inputs))
-        bounds = with_margin(maxima, margin)
-        bounds['max_fg_points'] = [min(v, b) for v, b in zip(bounds['max_fg_points'], model.fg_sampler.max_per_class)]
-        return bounds
+        return model.bounds_with_margin(maxima, margin)
 
     @classmethod
     def frames(cls, cfg, model, batch_size, data_root=None):

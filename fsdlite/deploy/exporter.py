@@ -71,6 +71,17 @@ def plain_config(model_cfg):
     return model_cfg.to_dict() if hasattr(model_cfg, 'to_dict') else dict(model_cfg)
 
 
+def adapter_with_bounds(cls, model_cfg, bounds, batch_size, weights=None, host_state=None):
+    """A ``cls`` adapter of the model of ``model_cfg`` in its deploy form with ``bounds`` (a folder's host, a
+    capacity tier): ``weights`` (state dict, strict) or seeded random ones, ``host_state`` applied."""
+    model = build_model(cls.prepare_config(plain_config(model_cfg), bounds))
+    if weights is not None:
+        model.load_state_dict(weights, strict=True)
+    adapter = cls(model, bounds, batch_size)
+    adapter.load_host_state(host_state or {})
+    return adapter
+
+
 def resolve_bounds(cls, cfg, model, frames, bounds_file=None, margin=1.5, bounds=None):
     """Deploy bounds and where they come from: ``bounds`` (dict) > ``bounds_file`` > the config's bounds >
     measured on ``frames``."""
@@ -133,12 +144,9 @@ def export_graph_checked(adapter, example, path, opset=DEFAULT_OPSET, verbose=Fa
 def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verbose=False):
     """Export the capacity tier ``scale`` of ``adapter`` (same weights; its ``tier_bound_names`` bounds times
     ``scale``) traced on ``example`` (raw data) to ``out_dir/model_tier<scale>.onnx``; returns :class:`TierExport`."""
-    cls = type(adapter)
-    bounds = scale_bounds(adapter.bounds, scale, cls.tier_bound_names)
-    model = build_model(cls.prepare_config(plain_config(cfg.model), bounds))
-    model.load_state_dict(adapter.model.state_dict(), strict=True)
-    tier = cls(model, bounds, adapter.batch_size)
-    tier.load_host_state(adapter.host_state())
+    bounds = scale_bounds(adapter.bounds, scale, adapter.tier_bound_names)
+    tier = adapter_with_bounds(type(adapter), cfg.model, bounds, adapter.batch_size, adapter.model.state_dict(),
+                               adapter.host_state())
     pre = tier.pre_ops(example)
     path = Path(out_dir) / f'model_tier{scale:g}.onnx'
     _, summary, diffs = export_graph_checked(tier, pre, path, opset, verbose)
@@ -258,5 +266,5 @@ def report_text(info, summary, diffs, tier_exports=()):
     return '\n'.join(lines) + '\n'
 
 
-__all__ = ['FORMAT', 'ExportResult', 'TierExport', 'as_config', 'build_model', 'plain_config', 'resolve_bounds',
-           'prepare', 'export_graph_checked', 'export_tier', 'export_model', 'deploy_info', 'report_text']
+__all__ = ['FORMAT', 'ExportResult', 'TierExport', 'as_config', 'build_model', 'plain_config', 'adapter_with_bounds',
+           'resolve_bounds', 'prepare', 'export_graph_checked', 'export_tier', 'export_model', 'deploy_info', 'report_text']

@@ -58,14 +58,11 @@ def build_host(directory, info, bounds=None):
     folder's bounds or the given ``bounds`` (a capacity tier's)."""
     from mmengine.config import Config
 
-    from .exporter import build_model, plain_config
+    from .exporter import adapter_with_bounds
     cfg = Config.fromfile(str(Path(directory) / info['config']))
-    cls = adapter_class(info['model_type'])
-    bounds = info['bounds'] if bounds is None else bounds
-    model_cfg = cls.prepare_config(plain_config(cfg.model), bounds)
-    adapter = cls(build_model(model_cfg), bounds, info['batch_size'])
-    adapter.load_host_state(info.get('host_state', {}))
-    return adapter
+    return adapter_with_bounds(adapter_class(info['model_type']), cfg.model,
+                               info['bounds'] if bounds is None else bounds, info['batch_size'],
+                               host_state=info.get('host_state', {}))
 
 
 class DeployedModel:

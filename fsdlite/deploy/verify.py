@@ -29,7 +29,7 @@ import copy
 from pathlib import Path
 from typing import NamedTuple
 
-from .exporter import prepare
+from .exporter import adapter_with_bounds, prepare
 from .runtime import DeployedModel
 
 #: largest PyTorch float32 vs float64 distance for which the float64 check is trusted (same discrete decisions)
@@ -80,7 +80,7 @@ class FrameCheck(NamedTuple):
         return all(self.output_ok(d) for d in self.diffs) and (self.exceeded or bool(self.match and self.match.same))
 
 
-def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None, bounds=None):
+def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None):
     """The adapter with the PyTorch weights of a deploy folder, and its verification frames.
 
     Args:
@@ -90,7 +90,6 @@ def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=N
             seeded random weights the export used).
         data_root (str, optional): folder of the real frames.
         frames (list[Frame], optional): inputs to verify on (default: the adapter's).
-        bounds (dict, optional): bounds of the graph (default: the folder's; a capacity tier's).
     Returns:
         ``(adapter, frames)``
     """
@@ -99,7 +98,7 @@ def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=N
         raise FileNotFoundError(f'checkpoint {checkpoint!r} recorded in {directory}/deploy.json does not exist; '
                                 'pass --checkpoint')
     _, adapter, frames, _ = prepare(Path(directory) / info['config'], checkpoint, batch_size=info['batch_size'],
-                                    data_root=data_root, frames=frames, bounds=bounds or info['bounds'])
+                                    data_root=data_root, frames=frames, bounds=info['bounds'])
     adapter.load_host_state(info.get('host_state', {}))
     return adapter, frames
 
@@ -154,13 +153,16 @@ def verify_deploy(directory, checkpoint=None, data_root=None, frames=None, threa
     Raises:
         ValueError: there is no input to verify on.
     """
+    from mmengine.config import Config
     deployed = DeployedModel(directory, threads)
     adapter, frames = reference_adapter(deployed.directory, deployed.info, checkpoint, data_root, frames)
     if not frames:
         raise ValueError(f'no verification input for {deployed.info["model_type"]}: no real frame under the data '
                          'root and no dataset in the config')
-    references = {tier.scale: reference_adapter(deployed.directory, deployed.info, checkpoint, data_root, frames,
-                                                tier.bounds)[0] for tier in deployed.tiers[:-1]}
+    model_cfg = Config.fromfile(str(deployed.directory / deployed.info['config'])).model
+    references = {tier.scale: adapter_with_bounds(type(adapter), model_cfg, tier.bounds, adapter.batch_size,
+                                                  adapter.model.state_dict(), adapter.host_state())
+                  for tier in deployed.tiers[:-1]}  # the same weights at each tier's bounds
     references[1.0] = adapter
     return [check_frame(deployed, references, frame) for frame in frames]
 

@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from fsdlite.structures.bounds import Bounds, check_bound
+from fsdlite.structures.bounds import Bounds, check_bound, scale_bounds
 from fsdlite.structures.padded import pad_to_bound, valid_mask
 
 from .stages import stage
@@ -278,6 +278,16 @@ class StaticDetectorMixin:
     def unet_pair_bounds(self):
         """``pair bound name -> level bound name`` (of :meth:`unet_bounds`) whose UNet's rulebook pairs it bounds."""
         return dict(max_pairs='max_voxels')
+
+    def bounds_with_margin(self, maxima, margin):
+        """Bounds from measured needs (:meth:`measure_bounds` maxima): every entry times ``margin`` rounded up (at
+        least 1), the per-class foreground bounds capped at the sampler's budget (the static path never selects
+        more).  Raises a ValueError unless ``margin >= 1``."""
+        if not margin >= 1:
+            raise ValueError(f'margin must be >= 1, got {margin!r}')
+        bounds = scale_bounds(maxima, margin)
+        bounds['max_fg_points'] = [min(v, b) for v, b in zip(bounds['max_fg_points'], self.fg_sampler.max_per_class)]
+        return bounds
 
     @torch.no_grad()
     def measure_bounds(self, inputs):
