@@ -69,3 +69,19 @@ def test_export_graph_argument_errors(tmp_path):
         export_graph(module, (torch.randn(2),), tmp_path / 'a.onnx', ['x', 'z'], ['y'])
     with pytest.raises(ValueError, match='opset must be >= 18.*got 17'):
         export_graph(module, (torch.randn(2),), tmp_path / 'a.onnx', ['x'], ['y'], opset=17)
+
+
+def test_ort_graph_runs_by_name_without_idle_spinning(tmp_path):
+    """OrtGraph feeds and reads by name; its intra-op workers do not spin between runs (they would take the cores
+    from the host pre-ops of the next frame)."""
+    from fsdlite.deploy.onnx_io import OrtGraph
+    path = tmp_path / 'relu.onnx'
+    onnx.save(make_model('Relu'), str(path))
+    graph = OrtGraph(path, threads=2)
+    x = torch.tensor([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]])
+    assert torch.equal(graph(dict(x=x, unused=x))['y'], x.clamp(min=0))
+    options = graph.session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry('session.intra_op.allow_spinning') == '0'
+    with pytest.raises(KeyError, match='missing inputs'):
+        graph({})
