@@ -5,7 +5,7 @@ from torch import nn
 
 from fsdlite.models.layers.builder import build_module
 from fsdlite.models.layers.channels import channel_tuple, stage_channels
-from fsdlite.models.layers.mlp import LinearNormAct, build_mlp
+from fsdlite.models.layers.mlp import LinearNormAct, build_mlp, materialized_concat
 from fsdlite.models.layers.norm_act import build_act, build_norm
 from fsdlite.models.layers.sparse_block import build_sparse_conv, sparse_conv_block, to_sparse_tensor
 from fsdlite.models.layers.voxel_geometry import voxel_centers, voxel_grid
@@ -36,6 +36,31 @@ def test_mlp_shapes_and_bias():
     x = torch.randn(3, 4)
     assert torch.allclose(plain(x), plain.linear(x))
     assert len(build_mlp(4, ())) == 0
+
+
+@pytest.mark.parametrize('norm_cfg, act_cfg', [(dict(type='LN'), dict(type='GELU')), (None, None)])
+def test_gathered_concat_equals_the_concatenation(norm_cfg, act_cfg):
+    """layer(cat([x, g[index]])) computed on the G group rows before the gather, bias (no norm) included; a dump
+    index (gathering zeros) gets no group contribution, as with the concatenation."""
+    torch.manual_seed(0)
+    layer = LinearNormAct(5 + 3, 6, norm_cfg=norm_cfg, act_cfg=act_cfg).eval()
+    x, group = torch.randn(40, 5), torch.randn(7, 3)
+    index = torch.randint(0, 8, (40,))  # 7 = the dump slot
+
+    def gather(t, idx):
+        return torch.cat([t, t.new_zeros(1, t.shape[1])]).index_select(0, idx)
+
+    expected = layer(torch.cat([x, gather(group, index)], 1))
+    assert torch.allclose(layer.forward_gathered_concat(x, group, index, gather), expected, atol=1e-6)
+    calls = []
+    layer.linear.register_forward_hook(lambda *args: calls.append(1))
+    layer.forward_gathered_concat(x, group, index, gather)
+    assert not calls  # the linear layer's weight is read functionally...
+    with materialized_concat():
+        assert torch.equal(layer.forward_gathered_concat(x, group, index, gather), expected)
+    assert calls == [1]  # ...except inside materialized_concat, where the layer itself runs on the concatenation
+    with pytest.raises(ValueError, match=r'x \(5 channels\) and group_feats \(2\) must add up to in_channels=8'):
+        layer.forward_gathered_concat(x, group[:, :2], index, gather)
 
 
 def test_channel_specs():

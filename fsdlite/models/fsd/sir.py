@@ -52,15 +52,12 @@ class SIRBlock(nn.Module):
         ``padded``: ``cluster == K`` is the dump slot (padding rows) and the reduction is export-safe.
         """
         reduce_max, gather = _cluster_ops(padded)
-        h = torch.cat([x, rel], dim=1)
-        maxima = []
-        for i, layer in enumerate(self.layers):
-            h = layer(h)
-            if i == 0:
-                h = h * self.gate(rel)
-            m = reduce_max(h, cluster, num_clusters)
-            maxima.append(m)
-            h = torch.cat([h, gather(m, cluster)], dim=1)
+        h = self.layers[0](torch.cat([x, rel], dim=1)) * self.gate(rel)
+        maxima = [reduce_max(h, cluster, num_clusters)]
+        for layer in self.layers[1:]:  # layer(cat([h, m[cluster]])), without the concat
+            h = layer.forward_gathered_concat(h, maxima[-1], cluster, gather)
+            maxima.append(reduce_max(h, cluster, num_clusters))
+        h = torch.cat([h, gather(maxima[-1], cluster)], dim=1)
         if h.shape[1] == x.shape[1]:
             h = h + x
         return h, torch.cat(maxima, dim=1)

@@ -1,8 +1,26 @@
 """Point-wise MLP blocks: ``Linear -> norm -> activation`` on (N, C) tensors."""
+import contextlib
+
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .channels import channel_tuple
 from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, norm_has_bias
+
+_CONCAT_CALLS = []  # non-empty inside materialized_concat()
+
+
+@contextlib.contextmanager
+def materialized_concat():
+    """Inside this block :meth:`LinearNormAct.forward_gathered_concat` builds the concatenation and calls the layer
+    on it (the same values): for tools that observe layers through their module calls, e.g. the slim tracer,
+    which must see the linear layer read every input column."""
+    _CONCAT_CALLS.append(True)
+    try:
+        yield
+    finally:
+        _CONCAT_CALLS.pop()
 
 
 class LinearNormAct(nn.Sequential):
@@ -24,6 +42,32 @@ class LinearNormAct(nn.Sequential):
         self.linear = nn.Linear(self.in_channels, self.out_channels, bias=not norm_has_bias(norm_cfg))
         self.norm = build_norm(norm_cfg, self.out_channels)
         self.act = build_act(act_cfg)
+
+    def forward_gathered_concat(self, x, group_feats, index, gather):
+        """``self(torch.cat([x, gather(group_feats, index)], 1))`` without building the concatenation.
+
+        The linear layer's columns that read the gathered part are applied to the G group rows before the
+        gather: no (N, C_x + C_g) copy and G instead of N rows for that part (G <= N: voxels or clusters of
+        points).  Same result up to float rounding.
+
+        Args:
+            x (Tensor): (N, C_x) per-row features.
+            group_feats (Tensor): (G, C_g) per-group features, ``C_x + C_g == in_channels``.
+            index (Tensor): (N,) group of each row (whatever ``gather`` accepts, e.g. a dump slot).
+            gather (callable): ``gather(t, index)`` -> the (N, ...) rows of ``t``; a row that gathers zeros
+                gets no contribution from the group part, as with the concatenation.
+        Returns:
+            Tensor: (N, out_channels).
+        """
+        cx, cg = x.shape[1], group_feats.shape[1]
+        if cx + cg != self.in_channels:
+            raise ValueError(f'forward_gathered_concat: x ({cx} channels) and group_feats ({cg}) must add up to '
+                             f'in_channels={self.in_channels}')
+        if _CONCAT_CALLS:
+            return self(torch.cat([x, gather(group_feats, index)], 1))
+        weight = self.linear.weight
+        out = F.linear(x, weight[:, :cx], self.linear.bias) + gather(F.linear(group_feats, weight[:, cx:]), index)
+        return self.act(self.norm(out))
 
 
 def build_mlp(in_channels, channels, norm_cfg=DEFAULT_NORM_CFG, act_cfg=DEFAULT_ACT_CFG, out_channels=None):
@@ -49,4 +93,4 @@ def build_mlp(in_channels, channels, norm_cfg=DEFAULT_NORM_CFG, act_cfg=DEFAULT_
     return nn.Sequential(*layers)
 
 
-__all__ = ['LinearNormAct', 'build_mlp']
+__all__ = ['LinearNormAct', 'build_mlp', 'materialized_concat']

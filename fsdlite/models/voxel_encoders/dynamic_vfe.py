@@ -84,12 +84,11 @@ class DynamicVFE(nn.Module):
             raise ValueError(f'point2voxel must have shape ({points.shape[0]},), got {tuple(point2voxel.shape)}')
         reduce, gather = _segment_ops(padded)
         num_voxels = voxel_coors.shape[0]
-        x = self.point_inputs(points, point2voxel, voxel_coors, padded)
-        for i, layer in enumerate(self.layers):
-            point_feats = layer(x)
+        point_feats = self.layers[0](self.point_inputs(points, point2voxel, voxel_coors, padded))
+        voxel_feats = reduce(point_feats, point2voxel, num_voxels, 'max')
+        for layer in self.layers[1:]:  # layer(cat([point_feats, voxel_feats[point2voxel]])), without the concat
+            point_feats = layer.forward_gathered_concat(point_feats, voxel_feats, point2voxel, gather)
             voxel_feats = reduce(point_feats, point2voxel, num_voxels, 'max')
-            if i + 1 < len(self.layers):
-                x = torch.cat([point_feats, gather(voxel_feats, point2voxel)], 1)
         return voxel_feats, point_feats
 
 
