@@ -4,6 +4,8 @@ Each helper raises before any kernel runs, with a message that names the op, the
 argument, the offending value and what was expected (``TypeError`` for wrong
 types/dtypes, ``ValueError`` for wrong shapes/values/devices).
 """
+import functools
+import inspect
 import math
 import numbers
 
@@ -138,9 +140,10 @@ def point_sets(op, query, support, query_batch, support_batch):
     if (query_batch is None) != (support_batch is None):
         given = 'query_batch' if support_batch is None else 'support_batch'
         raise ValueError(f'{op}: query_batch and support_batch must be given together, got only {given}')
+    # devices first: the sortedness check of batch ids cannot run on a meta tensor
+    same_device(op, query=query, support=support, query_batch=query_batch, support_batch=support_batch)
     batch_ids(op, 'query_batch', query_batch, query.shape[0], 'query.shape[0]')
     batch_ids(op, 'support_batch', support_batch, support.shape[0], 'support.shape[0]')
-    same_device(op, query=query, support=support, query_batch=query_batch, support_batch=support_batch)
     finite(op, 'query', query)
     finite(op, 'support', support)
 
@@ -183,3 +186,43 @@ def int_sequence(op, name, value, length, minimum=None):
     if minimum is not None and any(v < minimum for v in values):
         raise ValueError(f'{op}: {name} must be >= {minimum} on every axis, got {value!r}')
     return values
+
+
+INT64_MAX = 2 ** 63 - 1
+
+
+def output_rows(op, name, value, row_numel, row_what):
+    """Check an output of ``value`` rows of ``row_numel`` elements each can exist (element count fits in int64).
+
+    ``value`` is the argument (``name``) that sets the number of rows; ``row_what`` says what sets a row's size.
+    """
+    if value > INT64_MAX or value * max(int(row_numel), 1) > INT64_MAX:
+        raise ValueError(f'{op}: {name}={value} gives an output of {value} x {row_numel} ({row_what}) elements, '
+                         f'more than int64 can count; expected {name} * {max(int(row_numel), 1)} < 2^63')
+    return value
+
+
+def register_fake(qualname, *, any_device=()):
+    """``torch.library.register_fake`` whose fake kernel first checks that the tensor arguments share one device.
+
+    A raw ``torch.ops.fsdlite.*`` call that mixes meta and real tensors dispatches to the fake kernel, which
+    would return uninitialised real tensors instead of failing; with this wrapper it raises the same error as
+    :func:`same_device`. ``any_device`` names arguments the op accepts on any real device (copied to the host);
+    they are checked only when on 'meta'.
+    """
+    op = qualname.split('::')[-1]
+
+    def decorate(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            same_device(op, **{k: v for k, v in bound.arguments.items()
+                               if k not in any_device or getattr(v, 'is_meta', False)})
+            return fn(*args, **kwargs)
+
+        torch.library.register_fake(qualname)(checked)
+        return fn
+
+    return decorate

@@ -20,7 +20,7 @@ METRICS = {'xy': 2, 'xyz': 3}
 _MAX_CELL = 2.0 ** 52  # grid cell indices must stay exact integers (as the C++ check)
 
 
-@torch.library.register_fake('fsdlite::connected_components')
+@_checks.register_fake('fsdlite::connected_components', any_device=('threshold',))
 def _connected_components_fake(points, threshold, batch, class_ids, ndim, per_class):
     return points.new_empty((points.shape[0],), dtype=torch.long), points.new_empty((), dtype=torch.long)
 
@@ -74,6 +74,8 @@ def connected_components(points, threshold, batch=None, class_ids=None, metric='
     batch = _ids('batch', batch, n)
     class_ids = _ids('class_ids', class_ids, n)
     _checks.same_device(_OP, points=points, batch=batch, class_ids=class_ids)
+    if isinstance(threshold, torch.Tensor) and threshold.is_meta:  # any real device is fine: values are read
+        _checks.same_device(_OP, points=points, threshold=threshold)
     thresholds, per_class = _thresholds(threshold, points.device)
     if per_class:
         if class_ids is None:

@@ -27,7 +27,7 @@ class GridSubsampleResult(NamedTuple):
     cell: torch.Tensor                #: (N,) int64 pooled row of every input point
 
 
-@torch.library.register_fake('fsdlite::grid_subsample')
+@_checks.register_fake('fsdlite::grid_subsample')
 def _grid_subsample_fake(points, voxel_size, batch=None, features=None, labels=None):
     m = torch.library.get_ctx().new_dynamic_size()
     long = dict(dtype=torch.long)
@@ -77,6 +77,7 @@ def grid_subsample(points, voxel_size, batch=None, features=None, labels=None):
     if len(sizes) != 3:
         raise ValueError(f'{_OP}: voxel_size must be a number or 3 numbers, got {voxel_size!r}')
     sizes = _checks.finite_positive(_OP, 'voxel_size', list(sizes))
+    _checks.same_device(_OP, points=points, batch=batch, features=features, labels=labels)
     _checks.finite(_OP, 'points', points)
     _checks.batch_ids(_OP, 'batch', batch, points.shape[0], 'points.shape[0]')
     if features is not None:
@@ -86,7 +87,6 @@ def grid_subsample(points, voxel_size, batch=None, features=None, labels=None):
         _checks.tensor(_OP, 'labels', labels, dtypes=_checks.INDEX_DTYPES, dim=1,
                        size={0: (points.shape[0], 'points.shape[0]')})
         labels = labels.long()
-    _checks.same_device(_OP, points=points, batch=batch, features=features, labels=labels)
     out = torch.ops.fsdlite.grid_subsample(points, sizes, batch, features, labels)
     return GridSubsampleResult(out[0], out[1], out[2] if features is not None else None,
                                out[3] if labels is not None else None, out[4])

@@ -24,12 +24,12 @@ load_family('iou3d')
 _IOU_OP = 'boxes_iou_bev'
 
 
-@torch.library.register_fake('fsdlite::boxes_iou_bev')
+@_checks.register_fake('fsdlite::boxes_iou_bev')
 def _boxes_iou_bev_fake(boxes_a, boxes_b, axis_aligned):
     return boxes_a.new_empty((boxes_a.shape[0], boxes_b.shape[0]))
 
 
-@torch.library.register_fake('fsdlite::nms_bev_mask')
+@_checks.register_fake('fsdlite::nms_bev_mask')
 def _nms_bev_mask_fake(boxes, groups, iou_threshold, axis_aligned):
     return boxes.new_empty((boxes.shape[0],), dtype=torch.bool)
 
@@ -48,9 +48,9 @@ def check_boxes(op, name, boxes):
 
 
 def _iou(boxes_a, boxes_b, axis_aligned):
+    _checks.same_device(_IOU_OP, boxes_a=boxes_a, boxes_b=boxes_b)  # first: value checks cannot run on 'meta'
     check_boxes(_IOU_OP, 'boxes_a', boxes_a)
     check_boxes(_IOU_OP, 'boxes_b', boxes_b)
-    _checks.same_device(_IOU_OP, boxes_a=boxes_a, boxes_b=boxes_b)
     if boxes_b.dtype != boxes_a.dtype:
         raise TypeError(f'{_IOU_OP}: boxes_b must have the dtype of boxes_a ({boxes_a.dtype}), got {boxes_b.dtype}')
     with torch.no_grad():
@@ -89,13 +89,13 @@ def _rank_in_sample(sample_sorted):
 
 
 def _nms(op, boxes, scores, labels, batch, iou_threshold, pre_max, post_max, axis_aligned):
+    _checks.same_device(op, boxes=boxes, scores=scores, labels=labels, batch=batch)  # first: value checks
     check_boxes(op, 'boxes', boxes)
     n = boxes.shape[0]
     _checks.tensor(op, 'scores', scores, floating=True, dim=1, size={0: (n, 'boxes.shape[0]')})
     _checks.finite(op, 'scores', scores)
     labels = _optional_ids(op, 'labels', labels, n)
     batch = _optional_ids(op, 'batch', batch, n)
-    _checks.same_device(op, boxes=boxes, scores=scores, labels=labels, batch=batch)
     iou_threshold = _checks.finite_positive(op, 'iou_threshold', iou_threshold, allow_zero=True)
     if iou_threshold > 1:
         raise ValueError(f'{op}: iou_threshold must lie in [0, 1], got {iou_threshold!r}')

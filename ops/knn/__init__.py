@@ -13,7 +13,7 @@ load_family('knn')
 _OP = 'knn'
 
 
-@torch.library.register_fake('fsdlite::knn')
+@_checks.register_fake('fsdlite::knn')
 def _knn_fake(query, support, k, query_batch=None, support_batch=None):
     shape = (query.shape[0], k)
     return query.new_empty(shape, dtype=torch.long), query.new_empty(shape)
@@ -61,6 +61,7 @@ def knn(query, support, k, query_batch=None, support_batch=None):
     """
     _checks.point_sets(_OP, query, support, query_batch, support_batch)
     k = _checks.positive_int(_OP, 'k', k)
+    _checks.output_rows(_OP, 'k', k, query.shape[0], 'the queries, query.shape[0]')
     return torch.ops.fsdlite.knn(query, support, k, query_batch, support_batch)
 
 

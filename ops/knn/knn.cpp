@@ -15,6 +15,7 @@ void check_args(const at::Tensor& query, const at::Tensor& support, int64_t k,
   constexpr const char* op = "knn";
   TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
   neighbors::check_point_sets(query, support, query_batch, support_batch, op);
+  check_output_rows(k, query.size(0), op, "k", "the queries, query.size(0)");
 }
 
 std::tuple<at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& query, const at::Tensor& support, int64_t k) {

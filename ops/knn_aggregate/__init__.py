@@ -30,13 +30,13 @@ class KnnAggregate(NamedTuple):
     argmax: torch.Tensor
 
 
-@torch.library.register_fake('fsdlite::knn_aggregate')
+@_checks.register_fake('fsdlite::knn_aggregate')
 def _knn_aggregate_fake(features, index, weights):
     shape = (index.shape[0], features.shape[1])
     return features.new_empty(shape), features.new_empty(shape), index.new_empty(shape)
 
 
-@torch.library.register_fake('fsdlite::knn_aggregate_backward')
+@_checks.register_fake('fsdlite::knn_aggregate_backward')
 def _knn_aggregate_backward_fake(grad_mean, grad_max, features, index, weights, argmax, need_features,
                                  need_weights):
     gx = features.new_empty(features.shape if need_features else (0,))

@@ -1,7 +1,11 @@
 // Schemas and shared argument checks of knn_aggregate (see knn_aggregate.h for the semantics).
 #include "knn_aggregate.h"
 
+#include <ATen/ops/any.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/gather.h>
+#include <ATen/ops/logical_and.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
@@ -43,6 +47,20 @@ void check_backward_args(const at::Tensor& grad_mean, const at::Tensor& grad_max
   check_size(argmax, 1, features.size(1), op, "argmax", "features.size(1)");
   check_same_device(argmax, features, op, "argmax", "features");
   check_index_range(argmax, 0, index.size(1) + 1, op, "argmax");
+  // The kernels read features[index[i, argmax[i, f]]] and write its gradient: a winning slot must be a valid
+  // neighbour (index != Ns), or the access lands on the row past the end of features.
+  const int64_t k = index.size(1), ns = features.size(0);
+  if (k == 0 || argmax.numel() == 0) return;
+  const at::Tensor won = argmax.lt(k);
+  const at::Tensor padded = at::logical_and(won, index.gather(1, argmax.clamp_max(k - 1)).eq(ns));
+  if (padded.any().item<bool>()) {
+    const at::Tensor where = padded.nonzero().select(0, 0).cpu();
+    const int64_t i = where[0].item<int64_t>(), f = where[1].item<int64_t>();
+    const int64_t s = argmax[i][f].item<int64_t>();
+    TORCH_CHECK(false, op, ": argmax[", i, ", ", f, "] = ", s, " points at a padded slot (index[", i, ", ", s,
+                "] = ", ns, " = features.size(0)); expected the slot of a valid neighbour, or k (", k,
+                ") for none");
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& features,

@@ -22,18 +22,18 @@ _OP = 'kp_aggregate'
 _NB_OP = 'neighbor_aggregate'
 
 
-@torch.library.register_fake('fsdlite::kp_aggregate')
+@_checks.register_fake('fsdlite::kp_aggregate')
 def _kp_aggregate_fake(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma, influence,
                        aggregation):
     return features.new_empty((q_pts.shape[0], features.shape[1]))
 
 
-@torch.library.register_fake('fsdlite::neighbor_aggregate')
+@_checks.register_fake('fsdlite::neighbor_aggregate')
 def _neighbor_aggregate_fake(neighbors, features, weights):
     return features.new_empty((neighbors.shape[0], features.shape[1]))
 
 
-@torch.library.register_fake('fsdlite::neighbor_aggregate_backward')
+@_checks.register_fake('fsdlite::neighbor_aggregate_backward')
 def _neighbor_aggregate_backward_fake(grad_out, neighbors, features, weights, output_mask):
     return grad_fakes(features, [features, weights], output_mask)
 

@@ -19,7 +19,7 @@ AGGREGATIONS = ('sum', 'nearest')
 _OP = 'kpconv'
 
 
-@torch.library.register_fake('fsdlite::kpconv')
+@_checks.register_fake('fsdlite::kpconv')
 def _kpconv_fake(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations, sigma, influence,
                  aggregation):
     return features.new_empty((q_pts.shape[0], weights.shape[2]))

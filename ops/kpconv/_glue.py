@@ -7,6 +7,8 @@ gradient per differentiable input, an empty ``(0,)`` tensor where it was not req
 """
 import torch
 
+from .. import _checks
+
 NUM_TENSORS = 7  # q_pts, s_pts, neighbors, features, kernel_points, t5, t6
 NUM_INPUTS = 10  # + sigma, influence, aggregation
 
@@ -53,5 +55,5 @@ def register_kp_autograd(op, grad_positions):
                 grads[i] = g if m else None
         return tuple(grads)
 
-    torch.library.register_fake(f'fsdlite::{op}_backward', backward_fake)
+    _checks.register_fake(f'fsdlite::{op}_backward')(backward_fake)
     torch.library.register_autograd(f'fsdlite::{op}', backward, setup_context=setup_context)

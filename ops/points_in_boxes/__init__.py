@@ -22,12 +22,12 @@ load_family('points_in_boxes')
 BOX_ORIGINS = ('bottom', 'center')
 
 
-@torch.library.register_fake('fsdlite::points_in_boxes')
+@_checks.register_fake('fsdlite::points_in_boxes')
 def _points_in_boxes_fake(points, boxes, point_batch, box_batch, box_origin):
     return points.new_empty((points.shape[0],), dtype=torch.long)
 
 
-@torch.library.register_fake('fsdlite::points_in_boxes_all')
+@_checks.register_fake('fsdlite::points_in_boxes_all')
 def _points_in_boxes_all_fake(points, boxes, point_batch, box_batch, box_origin):
     return points.new_empty((points.shape[0], boxes.shape[0]), dtype=torch.bool)
 

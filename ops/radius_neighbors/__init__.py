@@ -14,7 +14,7 @@ load_family('radius_neighbors')
 _OP = 'radius_neighbors'
 
 
-@torch.library.register_fake('fsdlite::radius_neighbors')
+@_checks.register_fake('fsdlite::radius_neighbors')
 def _radius_neighbors_fake(query, support, radius, max_neighbors, query_batch=None, support_batch=None):
     return (query.new_empty((query.shape[0], max_neighbors), dtype=torch.long),
             query.new_empty((query.shape[0],), dtype=torch.long))
@@ -42,6 +42,7 @@ def radius_neighbors(query, support, radius, max_neighbors, query_batch=None, su
     _checks.point_sets(_OP, query, support, query_batch, support_batch)
     radius = _checks.finite_positive(_OP, 'radius', radius)
     max_neighbors = _checks.positive_int(_OP, 'max_neighbors', max_neighbors)
+    _checks.output_rows(_OP, 'max_neighbors', max_neighbors, query.shape[0], 'the queries, query.shape[0]')
     index, counts = torch.ops.fsdlite.radius_neighbors(query, support, radius, max_neighbors, query_batch,
                                                        support_batch)
     return (index, counts) if return_counts else index

@@ -17,6 +17,7 @@ void check_args(const at::Tensor& query, const at::Tensor& support, double radiu
   TORCH_CHECK(std::isfinite(radius) && radius > 0, op, ": radius must be finite and > 0, got ", radius);
   TORCH_CHECK(max_neighbors >= 1, op, ": max_neighbors must be >= 1, got ", max_neighbors);
   neighbors::check_point_sets(query, support, query_batch, support_batch, op);
+  check_output_rows(max_neighbors, query.size(0), op, "max_neighbors", "the queries, query.size(0)");
 }
 
 std::tuple<at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& query, const at::Tensor& support,

@@ -36,24 +36,24 @@ class ConvRulebook(NamedTuple):
     nbr: torch.Tensor            #: (max_out, K) rows of coors; Vmax (dump) where no neighbour or padding
 
 
-@torch.library.register_fake('fsdlite::rulebook_subm')
+@_checks.register_fake('fsdlite::rulebook_subm')
 def _subm_fake(coors, num_valid, spatial_shape, kernel_size, dilation):
     k = kernel_size[0] * kernel_size[1] * kernel_size[2]
     return coors.new_empty((coors.shape[0], k))
 
 
-@torch.library.register_fake('fsdlite::rulebook_conv')
+@_checks.register_fake('fsdlite::rulebook_conv')
 def _conv_fake(coors, num_valid, spatial_shape, kernel_size, stride, padding, dilation, max_out):
     k = kernel_size[0] * kernel_size[1] * kernel_size[2]
     return (coors.new_empty((max_out, 4)), coors.new_empty(()), coors.new_empty(()), coors.new_empty((max_out, k)))
 
 
-@torch.library.register_fake('fsdlite::rulebook_pairs')
+@_checks.register_fake('fsdlite::rulebook_pairs')
 def _pairs_fake(nbr, num_in, capacity, tile):
     return nbr.new_empty((3, capacity)), nbr.new_empty(()), nbr.new_empty(())
 
 
-@torch.library.register_fake('fsdlite::rulebook_inverse')
+@_checks.register_fake('fsdlite::rulebook_inverse')
 def _inverse_fake(nbr, num_rows):
     return nbr.new_empty((num_rows, nbr.shape[1]))
 
@@ -62,6 +62,8 @@ def _coors_and_count(op, coors, num_valid, spatial_shape):
     _checks.tensor(op, 'coors', coors, dtypes=_checks.INDEX_DTYPES, dim=2, size={1: (4, '[b, z, y, x]')})
     if isinstance(num_valid, torch.Tensor):
         _checks.tensor(op, 'num_valid', num_valid, dtypes=_checks.INDEX_DTYPES)
+        if num_valid.is_meta or coors.is_meta:  # num_valid may sit on any real device (it is moved to coors')
+            _checks.same_device(op, coors=coors, num_valid=num_valid)
         if num_valid.numel() != 1:
             raise ValueError(f'{op}: num_valid must be an int or a 1-element tensor, got shape '
                              f'{tuple(num_valid.shape)}')

@@ -76,6 +76,7 @@ def _check_sorted(op, name, index, dim):
 def _coo(op, src, index, out, dim_size, reduce):
     check_src(op, src)
     _checks.tensor(op, 'index', index, dtypes=_checks.INDEX_DTYPES, min_dim=1)
+    _checks.same_device(op, src=src, index=index)  # before the sortedness check, which cannot run on 'meta'
     if index.dim() > src.dim():
         raise ValueError(f'{op}: index must have at most src.dim() = {src.dim()} dimensions, got shape '
                          f'{tuple(index.shape)}')

@@ -126,6 +126,8 @@ def reduce_into(op, src, index, dim, out, dim_size, reduce):
         index = expanded
     # max and range check on the index as given: no pass over broadcast copies
     size = check_out(op, out, src, dim) if out is not None else output_size(op, index, dim_size)
+    _checks.output_rows(op, 'dim_size' if dim_size is not None or out is not None else 'dim_size (index.max() + 1)',
+                        size, math.prod(src.shape[:dim] + src.shape[dim + 1:]), 'src elements per position along dim')
     _checks.index_range(op, 'index', index, 0, size)
     segments = Segments(src, expanded, dim, size)
     if out is None:

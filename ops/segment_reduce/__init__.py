@@ -3,6 +3,8 @@
 Semantics follow torch_scatter: an empty segment yields 0 (and arg ``N``), ties pick the
 first row, NaN values never win a max/min, integer means use floor division.
 """
+import math
+
 import torch
 
 from .. import _checks
@@ -15,7 +17,7 @@ SRC_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch
 _OP = 'segment_reduce'
 
 
-@torch.library.register_fake('fsdlite::segment_reduce')
+@_checks.register_fake('fsdlite::segment_reduce')
 def _segment_reduce_fake(src, index, num_segments, reduce):
     shape = (num_segments,) + tuple(src.shape[1:])
     out = src.new_empty(shape)
@@ -55,9 +57,12 @@ def _validated(src, index, num_segments, reduce):
     _checks.tensor(_OP, 'index', index, dtypes=_checks.INDEX_DTYPES, dim=1, size={0: (src.shape[0], 'src.shape[0]')})
     _checks.same_device(_OP, src=src, index=index)
     _checks.choice(_OP, 'reduce', reduce, REDUCTIONS)
+    name = 'num_segments'
     if num_segments is None:
         num_segments = int(index.max()) + 1 if index.numel() else 0
+        name = 'num_segments (index.max() + 1)'
     num_segments = _checks.positive_int(_OP, 'num_segments', num_segments, allow_zero=True)
+    _checks.output_rows(_OP, name, num_segments, math.prod(src.shape[1:]), 'elements per row of src')
     _checks.index_range(_OP, 'index', index, 0, num_segments)
     return index.long(), num_segments
 

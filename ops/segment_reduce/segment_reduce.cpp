@@ -4,6 +4,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/accumulate.h>
 #include <torch/library.h>
 
 #include "fsdlite_ops/common.h"
@@ -22,6 +23,8 @@ Reduce check_args(const at::Tensor& src, const at::Tensor& index, int64_t num_se
   check_size(index, 0, src.size(0), op, "index", "src.size(0)");
   check_same_device(src, index, op, "src", "index");
   TORCH_CHECK(num_segments >= 0, op, ": num_segments must be >= 0, got ", num_segments);
+  const int64_t row_numel = c10::multiply_integers(src.sizes().slice(1));
+  check_output_rows(num_segments, row_numel, op, "num_segments", "elements per row of src");
   check_index_range(index, 0, num_segments, op, "index");
   if (reduce == "sum") return Reduce::Sum;
   if (reduce == "mean") return Reduce::Mean;

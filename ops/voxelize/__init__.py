@@ -27,7 +27,7 @@ class Voxelization(NamedTuple):
     num_non_finite: torch.Tensor    #: () points with a NaN/Inf coordinate
 
 
-@torch.library.register_fake('fsdlite::voxelize')
+@_checks.register_fake('fsdlite::voxelize')
 def _voxelize_fake(points, voxel_size, point_range, batch):
     num_voxels = torch.library.get_ctx().new_dynamic_size()
     n = points.shape[0]

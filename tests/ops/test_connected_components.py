@@ -266,6 +266,7 @@ def test_opcheck():
     (dict(batch=torch.zeros(4)), TypeError, 'batch must have one of the dtypes'),
     (dict(class_ids=torch.zeros(4, 1, dtype=torch.long)), ValueError, 'class_ids must be 1-D'),
     (dict(threshold=1e-300), ValueError, 'threshold=1e-300 is too small'),
+    (dict(threshold=torch.tensor(0.5, device='meta')), ValueError, 'got points on cpu, threshold on meta'),
 ])
 def test_invalid_arguments(kwargs, error, match):
     args = dict(points=torch.ones(4, 3), threshold=0.5)

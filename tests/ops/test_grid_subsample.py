@@ -162,6 +162,10 @@ def test_opcheck():
     (lambda p: grid_subsample(p, 0.1, labels=torch.zeros(5)), TypeError, 'labels must have one of the dtypes'),
     (lambda p: grid_subsample(p, 0.1, labels=torch.zeros(6, dtype=torch.long)), ValueError, r'labels.shape\[0\]'),
     (lambda p: grid_subsample(p * 1e30, 1e-3), RuntimeError, r'points\[:, 0\] reaches'),
+    (lambda p: grid_subsample(p, 0.1, torch.zeros(5, dtype=torch.long, device='meta')), ValueError,
+     'all tensors must be on one device, got points on cpu, batch on meta'),
+    (lambda p: grid_subsample(p.to('meta'), 0.1, torch.zeros(5, dtype=torch.long)), ValueError,
+     'all tensors must be on one device, got points on meta, batch on cpu'),
 ])
 def test_invalid_inputs_raise(call, error, match):
     p = torch.rand(5, 3) + 0.1

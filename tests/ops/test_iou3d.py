@@ -292,6 +292,7 @@ GOOD = torch.tensor([box(0, 0, 2, 2)])
     ((torch.tensor([box(0, float('nan'), 1, 1)]), GOOD), ValueError, 'boxes_a must contain only finite'),
     ((GOOD, torch.tensor([box(0, 0, 1, -1)])), ValueError, r'boxes_b must have sizes l, w >= 0, got boxes_b\[0, 4\]'),
     (([0, 0, 0, 1, 1, 1, 0], GOOD), TypeError, 'boxes_a must be a torch.Tensor'),
+    ((GOOD, GOOD.to('meta')), ValueError, 'boxes_a on cpu, boxes_b on meta'),  # was 'Tensor.item() ... meta'
 ])
 def test_invalid_iou_arguments(args, error, match):
     with pytest.raises(error, match=match):
@@ -310,6 +311,8 @@ def test_invalid_iou_arguments(args, error, match):
     (dict(labels=torch.tensor([0.0])), TypeError, 'labels must have one of the dtypes'),
     (dict(labels=None), TypeError, 'labels must be a'),
     (dict(batch=torch.tensor([0, 1])), ValueError, r'batch.shape\[0\] must be 1'),
+    (dict(scores=torch.ones(1, device='meta')), ValueError, 'boxes on cpu, scores on meta'),
+    (dict(batch=torch.zeros(1, dtype=torch.long, device='meta')), ValueError, 'batch on meta'),
 ])
 def test_invalid_nms_arguments(kwargs, error, match):
     args = dict(boxes=GOOD, scores=torch.ones(1), labels=torch.zeros(1, dtype=torch.long), iou_threshold=0.5)

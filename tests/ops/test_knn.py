@@ -173,6 +173,11 @@ def test_opcheck(batched):
     (lambda q, s: knn(q, s.index_fill(0, torch.tensor([1]), float('inf')), 2), ValueError,
      'support must contain only finite'),
     (lambda q, s: knn([[0.0, 0.0, 0.0]], s, 2), TypeError, 'query must be a torch.Tensor'),
+    # was 'Storage size calculation overflowed', naming neither knn nor k
+    (lambda q, s: knn(q, s, 2 ** 62), ValueError, r'knn: k=4611686018427387904 gives an output of .* x 4 '),
+    # was NotImplementedError from torch.nonzero's meta kernel (sortedness check ran before the device check)
+    (lambda q, s: knn(q, s, 2, torch.zeros(4, dtype=torch.long, device='meta'), torch.zeros(5, dtype=torch.long)),
+     ValueError, 'all tensors must be on one device, got .* query_batch on meta'),
 ])
 def test_invalid_inputs_raise(call, error, match):
     q, s = torch.randn(4, 3), torch.randn(5, 3)
@@ -187,6 +192,7 @@ def test_invalid_inputs_raise(call, error, match):
     (lambda q, s: (q, s, 2, torch.zeros(4, dtype=torch.long), None), 'given together'),
     (lambda q, s: (q, s, 2, torch.zeros(4, dtype=torch.long), torch.zeros(6, dtype=torch.long)), 'support.size'),
     (lambda q, s: (q * float('nan'), s, 2, None, None), 'finite'),
+    (lambda q, s: (q, s, 2 ** 62, None, None), r'k=4611686018427387904 gives an output of .* more than int64'),
 ])
 def test_kernel_validates_before_running(args, match):
     """The registered op checks its arguments itself (callers may bypass the Python wrapper)."""

@@ -199,6 +199,19 @@ def test_kernel_validates_without_the_python_wrapper():
         torch.ops.fsdlite.knn_aggregate_backward(mean, maximum[:2], features, index, weights, argmax, True, True)
 
 
+def test_backward_rejects_argmax_on_a_padded_slot():
+    # argmax pointing at a padded slot (index == Ns) made the kernel read and write features row Ns: heap corruption.
+    features, index, weights = _random_case(6, 5, 3, 2)
+    index[:, 1] = 5
+    argmax = torch.ones(6, 2, dtype=torch.long)
+    grad = torch.ones(6, 2, dtype=features.dtype)
+    with pytest.raises(RuntimeError, match=r'argmax\[0, 0\] = 1 points at a padded slot \(index\[0, 1\] = 5'):
+        torch.ops.fsdlite.knn_aggregate_backward(grad, grad, features, index, weights, argmax, True, True)
+    argmax.fill_(3)  # k: no winner anywhere, valid
+    gx, gw = torch.ops.fsdlite.knn_aggregate_backward(grad, grad, features, index, weights, argmax, True, True)
+    assert gx.shape == features.shape and gw.shape == weights.shape
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
 def test_cuda_matches_cpu(dtype):

@@ -124,6 +124,10 @@ def test_opcheck():
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long)),
      ValueError, r'support_batch.shape\[0\] must be 5'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, None, torch.zeros(5, dtype=torch.long)), ValueError, 'together'),
+    (lambda q, s: radius_neighbors(q, s, 1.0, 2 ** 62), ValueError, r'max_neighbors=4611686018427387904 gives an'),
+    (lambda q, s: radius_neighbors(q, s, 1.0, 4, torch.zeros(4, dtype=torch.long),
+                                   torch.zeros(5, dtype=torch.long, device='meta')),
+     ValueError, 'all tensors must be on one device, got .* support_batch on meta'),
 ])
 def test_invalid_inputs_raise(call, error, match):
     q, s = torch.rand(4, 3), torch.rand(5, 3)
@@ -135,6 +139,7 @@ def test_invalid_inputs_raise(call, error, match):
     ((1.0, 0), 'max_neighbors must be >= 1'),
     ((float('nan'), 3), 'radius must be finite'),
     ((-2.0, 3), 'radius must be finite and > 0'),
+    ((1.0, 2 ** 62), r'max_neighbors=4611686018427387904 gives an output of .* more than int64'),
 ])
 def test_kernel_validates_before_running(args, match):
     with pytest.raises(RuntimeError, match=match):

@@ -289,6 +289,10 @@ def test_empty_and_single_voxel():
     (lambda c: rulebook_conv(c, 3, SHAPE, 3, max_out=-2), ValueError, 'max_out must be >= 0'),
     (lambda c: rulebook_conv(c, 3, SHAPE, 3, 2.0, max_out=4), TypeError, 'stride must be an int'),
     (lambda c: rulebook_inverse(torch.full((2, 27), 9), 5), ValueError, r'nbr contains 9, expected values in \[0, 6\)'),
+    # were 'Tensor.item() cannot be called on meta tensors'
+    (lambda c: rulebook_subm(c, torch.tensor(3, device='meta'), SHAPE), ValueError, 'coors on cpu, num_valid on meta'),
+    (lambda c: rulebook_conv(c.to('meta'), torch.tensor(3), SHAPE, 3, max_out=4), ValueError,
+     'coors on meta, num_valid on cpu'),
 ])
 def test_invalid_arguments(call, error, match):
     coors = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 4], [1, 0, 0, 0], [0, 6, 0, 0], [0, 0, 0, 0]])

@@ -265,6 +265,13 @@ def test_gradcheck_segment_csr_coo(reduce):
     (segment_csr, (T(X), T([[0, 1], [0, 1], [0, 1]])), {}, ValueError, 'does not match the leading'),
     (segment_csr, (T(SRC), T([0, 3, 6])), dict(out=torch.zeros(3)), ValueError, r'out.shape\[0\] must be'),
     (segment_csr, (T(SRC), T([0, 3, 6])), dict(reduce='std'), ValueError, 'reduce must be one of'),
+    # were 'Storage size calculation overflowed' (naming neither the op nor dim_size) and, for a meta index,
+    # 'Tensor.item() cannot be called on meta tensors' from the sortedness check
+    (scatter_sum, (T(X), T([0, 1, 0, 2])), dict(dim=0, dim_size=2 ** 62), ValueError,
+     r"scatter_sum: dim_size=4611686018427387904 gives an output of 4611686018427387904 x 2 "),
+    (scatter_max, (T(SRC), T([0, 1, 0, 2 ** 63 - 1, 1, 3])), {}, ValueError,
+     r'dim_size \(index.max\(\) \+ 1\)=9223372036854775808 gives an output'),
+    (segment_coo, (T(SRC), T(IDX).to('meta')), {}, ValueError, 'got src on cpu, index on meta'),
 ])
 def test_invalid_inputs_raise(fn, args, kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -228,6 +228,10 @@ I = torch.tensor([0, 1, 0, 1, 1, 3])
     ((S, I, -1), ValueError, 'num_segments must be >= 0'),
     ((S, I, 4.0), TypeError, 'num_segments must be an int'),
     ((S, I, None, 'prod'), ValueError, "reduce must be one of"),
+    # were 'Storage size calculation overflowed' / a schema type error, naming neither the op nor the argument
+    ((S[:, None].repeat(1, 3), I, 2 ** 62), ValueError, r'num_segments=4611686018427387904 gives an output of .* x 3 '),
+    ((S, torch.tensor([0, 1, 2, 1, 1, 2 ** 63 - 1])), ValueError,
+     r'num_segments \(index.max\(\) \+ 1\)=9223372036854775808 gives an output'),
 ])
 def test_invalid_inputs_raise(args, error, match):
     with pytest.raises(error, match=match):
@@ -251,6 +255,8 @@ def test_invalid_inputs_raise_for_arg_variants(fn):
     ((S, I, -2, 'sum'), 'num_segments must be >= 0'),
     ((S.bool(), I, 4, 'sum'), 'src must have dtype'),
     ((torch.tensor(1.0), I, 4, 'sum'), 'src must have at least 1 dimension'),
+    ((S[:, None].repeat(1, 3), I, 2 ** 62, 'max'), r'num_segments=4611686018427387904 gives an output of .* x 3 '),
+    ((S[:0, None, None].repeat(1, 2, 2), I[:0], 2 ** 63 - 1, 'sum'), r'num_segments=9223372036854775807 gives an'),
 ])
 def test_kernel_validates_before_running(args, match):
     """The C++ op raises (never crashes) when called directly with bad arguments."""

@@ -7,6 +7,8 @@
 #include <ATen/ops/aminmax.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 namespace fsdlite {
@@ -46,6 +48,16 @@ inline void check_index_range(const at::Tensor& index, int64_t low, int64_t high
   const int64_t hi = std::get<1>(minmax).item<int64_t>();
   TORCH_CHECK(lo >= low && hi < high, op, ": ", arg, " values must lie in [", low, ", ", high, "), got min ", lo,
               " and max ", hi);
+}
+
+// Checks an output of `rows` rows (set by the int argument `arg`) of `row_numel` elements each can exist: its
+// element count must fit in int64 (raised before allocating, instead of a storage-size overflow error).
+inline void check_output_rows(int64_t rows, int64_t row_numel, const char* op, const char* arg,
+                              const char* row_what) {
+  const int64_t per_row = std::max<int64_t>(row_numel, 1);
+  TORCH_CHECK(rows <= std::numeric_limits<int64_t>::max() / per_row, op, ": ", arg, "=", rows,
+              " gives an output of ", rows, " x ", row_numel, " (", row_what,
+              ") elements, more than int64 can count; expected ", arg, " * ", per_row, " < 2^63");
 }
 
 // Ceil division for launch configurations.
