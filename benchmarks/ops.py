@@ -26,7 +26,13 @@ import _harness as h  # noqa: E402
 CASE_DIR = Path(__file__).resolve().parent / 'op_cases'
 
 
+def case_families():
+    """Names of the op benchmark cases (``op_cases/<family>.py``)."""
+    return [p.stem for p in sorted(CASE_DIR.glob('*.py')) if not p.stem.startswith('_')]
+
+
 def load_case_modules(only=None):
+    """``(family, module)`` of every case file (or of those in ``only``)."""
     modules = []
     for path in sorted(CASE_DIR.glob('*.py')):
         if path.stem.startswith('_') or (only and path.stem not in only):
@@ -41,10 +47,14 @@ def load_case_modules(only=None):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='small sizes (smoke run)')
-    parser.add_argument('--only', nargs='*', help='op families to run')
+    parser.add_argument('--only', nargs='*', choices=case_families(), metavar='FAMILY',
+                        help=f'op families to run (of {", ".join(case_families())})')
     parser.add_argument('--threads', type=int, default=torch.get_num_threads())
     parser.add_argument('--repeat', type=int, default=3)
     args = parser.parse_args(argv)
+    for name, value in (('--threads', args.threads), ('--repeat', args.repeat)):
+        if value < 1:
+            parser.error(f'{name} must be >= 1, got {value}')
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {args.threads} threads, {"quick" if args.quick else "full"} sizes')
     rows, result = [], {}

@@ -16,6 +16,7 @@ if REPO_ROOT not in sys.path:
 
 from fsdlite.deploy.runtime import read_deploy_info  # noqa: E402
 from fsdlite.deploy.tensorrt import build_engine, unavailable_reason  # noqa: E402
+from fsdlite.engine.tool_setup import number  # noqa: E402
 
 
 def main(argv=None):
@@ -23,7 +24,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description='Build a TensorRT engine from a deploy folder (skips without GPU)')
     parser.add_argument('dir', help='folder written by deploy/export_onnx.py')
     parser.add_argument('--fp16', action='store_true', help='allow FP16 kernels')
-    parser.add_argument('--workspace-gib', type=float, default=4.0, help='builder workspace limit (GiB)')
+    parser.add_argument('--workspace-gib', type=number(float, 0, low_open=True), default=4.0,
+                        help='builder workspace limit (GiB, > 0)')
     args = parser.parse_args(argv)
     try:
         info = read_deploy_info(args.dir)

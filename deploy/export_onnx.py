@@ -20,11 +20,10 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from mmengine.config import DictAction  # noqa: E402
-
 from fsdlite.deploy import DeployGraphError, export_model  # noqa: E402
 from fsdlite.deploy.onnx_io import DEFAULT_OPSET  # noqa: E402
 from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import CfgOptionsAction, in_dir, number, out_dir  # noqa: E402
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -33,25 +32,20 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Export a fsdlite config to a fixed-shape plain-ONNX deploy folder')
     parser.add_argument('config', help='model config (FSDLite, FSDv2Lite, VoxelNet, KPFCNN)')
     parser.add_argument('checkpoint', help='weights file, or "random" for seeded random weights')
-    parser.add_argument('--out', required=True, help='output folder')
+    parser.add_argument('--out', type=out_dir, required=True, help='output folder')
     parser.add_argument('--bounds', default=None, help='bounds file (JSON or "bounds = dict(...)")')
-    parser.add_argument('--batch-size', type=int, default=1, help='batch size fixed in the graph')
-    parser.add_argument('--margin', type=float, default=1.5, help='factor on measured bounds (>= 1)')
-    parser.add_argument('--data-root', default=None, help='folder of the real frames (default ../shared/data)')
-    parser.add_argument('--opset', type=int, default=DEFAULT_OPSET, help=f'ONNX opset (>= {DEFAULT_OPSET})')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+    parser.add_argument('--batch-size', type=number(int, 1), default=1, help='batch size fixed in the graph')
+    parser.add_argument('--margin', type=number(float, 1), default=1.5, help='factor on measured bounds (>= 1)')
+    parser.add_argument('--data-root', type=in_dir, default=None,
+                        help='folder of the real frames (default ../shared/data)')
+    parser.add_argument('--opset', type=number(int, DEFAULT_OPSET), default=DEFAULT_OPSET,
+                        help=f'ONNX opset (>= {DEFAULT_OPSET}: ScatterElements max/min)')
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                         help='override config entries (keys must exist), e.g. model.backbone.channels="(8,16)"')
     parser.add_argument('--tiers', type=float, nargs='+', default=(), metavar='SCALE',
                         help='capacity tiers: also export graphs with the pre-op bounds times each SCALE in (0, 1)')
     parser.add_argument('--verbose', action='store_true', help="show the ONNX exporter's messages")
-    args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
-    if args.margin < 1:
-        parser.error(f'--margin must be >= 1, got {args.margin}')
-    if args.opset < DEFAULT_OPSET:
-        parser.error(f'--opset must be >= {DEFAULT_OPSET} (ScatterElements max/min), got {args.opset}')
-    return parser, args
+    return parser, parser.parse_args(argv)
 
 
 def main(argv=None):

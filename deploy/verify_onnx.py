@@ -18,6 +18,8 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from fsdlite.deploy.verify import format_checks, verify_deploy  # noqa: E402
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import in_dir, number  # noqa: E402
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -26,12 +28,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description='Verify a deploy folder against PyTorch on real/synthetic inputs')
     parser.add_argument('dir', help='folder written by deploy/export_onnx.py')
     parser.add_argument('--checkpoint', default=None, help='weights (default: the one recorded in deploy.json)')
-    parser.add_argument('--data-root', default=None, help='folder of the real frames (default ../shared/data)')
-    parser.add_argument('--threads', type=int, default=1, help='ONNX Runtime intra-op threads')
+    parser.add_argument('--data-root', type=in_dir, default=None,
+                        help='folder of the real frames (default ../shared/data)')
+    parser.add_argument('--threads', type=number(int, 1), default=1, help='ONNX Runtime intra-op threads')
     args = parser.parse_args(argv)
     try:
         checks = verify_deploy(args.dir, args.checkpoint, args.data_root, threads=args.threads)
-    except (FileNotFoundError, ValueError, KeyError, CheckpointLoadError) as exc:
+    except (ToolError, FileNotFoundError, ValueError, KeyError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
     print(format_checks(checks))
     return 0 if all(c.ok for c in checks) else 1

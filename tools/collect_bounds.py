@@ -27,12 +27,11 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 import torch  # noqa: E402
-from mmengine.config import DictAction  # noqa: E402
 from mmengine.dataset import pseudo_collate  # noqa: E402
 from mmengine.utils import ProgressBar  # noqa: E402
 
 from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import load_config, require_file  # noqa: E402
+from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, load_weights, number, out_file  # noqa: E402
 from fsdlite.models.detectors.static import PRE_OP_BOUNDS  # noqa: E402
 from fsdlite.registry import DATASETS, MODELS  # noqa: E402
 from fsdlite.structures.bounds import merge_max  # noqa: E402
@@ -45,19 +44,15 @@ def parse_args(argv=None):
     """Command-line options; returns ``(parser, args)``."""
     parser = argparse.ArgumentParser(description='Measure fixed-shape bounds of an FSD-lite / FSDv2-lite config')
     parser.add_argument('config', help='model config (FSDLite / FSDv2Lite) with a dataloader')
-    parser.add_argument('--num-frames', type=int, default=None, help='frames to measure (default: all)')
-    parser.add_argument('--margin', type=float, default=1.2, help='factor applied to the measured maxima (>= 1)')
+    parser.add_argument('--num-frames', type=number(int, 1), default=None, help='frames to measure (default: all)')
+    parser.add_argument('--margin', type=number(float, 1), default=1.2,
+                        help='factor applied to the measured maxima (>= 1)')
     parser.add_argument('--split', choices=SPLITS, default='val', help='dataloader whose dataset is measured')
     parser.add_argument('--checkpoint', default=None, help='trained weights (default: random weights, seed 0)')
-    parser.add_argument('--out', default=None, help='also write the snippet to this file')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+    parser.add_argument('--out', type=out_file, default=None, help='also write the snippet to this file')
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                         help='override config entries, e.g. val_dataloader.dataset.num_frames=10 (keys must exist)')
-    args = parser.parse_args(argv)
-    if args.margin < 1:
-        parser.error(f'--margin must be >= 1, got {args.margin}')
-    if args.num_frames is not None and args.num_frames < 1:
-        parser.error(f'--num-frames must be >= 1, got {args.num_frames}')
-    return parser, args
+    return parser, parser.parse_args(argv)
 
 
 def build_model(cfg, checkpoint):
@@ -70,8 +65,7 @@ def build_model(cfg, checkpoint):
     if not hasattr(model, 'measure_bounds'):
         raise ToolError(f'{type(model).__name__} has no fixed-shape bounds (expected FSDLite or FSDv2Lite)')
     if checkpoint is not None:
-        from mmengine.runner import load_checkpoint
-        load_checkpoint(model, require_file(checkpoint, 'checkpoint'), map_location='cpu', strict=True)
+        load_weights(model, checkpoint, cfg.filename)
     return model.eval()
 
 

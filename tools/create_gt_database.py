@@ -12,7 +12,12 @@ import copy
 import os.path as osp
 import sys
 
-from mmengine.config import Config, DictAction
+REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, number, out_dir  # noqa: E402
 
 
 def training_dataset_cfg(cfg):
@@ -40,15 +45,16 @@ def build_database(cfg, num_frames=None, progress=True):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='config whose train_dataloader.dataset provides the frames')
-    parser.add_argument('--out', required=True, help='output folder (gt_database.npz is written there)')
-    parser.add_argument('--num-frames', type=int, default=None, help='use only the first N frames')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, help='override config keys (k=v)')
+    parser.add_argument('--out', type=out_dir, required=True, help='output folder (gt_database.npz is written there)')
+    parser.add_argument('--num-frames', type=number(int, 1), default=None, help='use only the first N frames')
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
+                        help='override config entries (keys must exist)')
     args = parser.parse_args(argv)
-    if args.num_frames is not None and args.num_frames < 1:
-        parser.error(f'--num-frames must be >= 1, got {args.num_frames}')
-    cfg = Config.fromfile(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    try:
+        cfg = load_config(args.config, args.cfg_options)
+        training_dataset_cfg(cfg)
+    except (ToolError, FileNotFoundError, KeyError) as exc:
+        parser.exit(2, f'{parser.prog}: error: {exc.args[0] if isinstance(exc, KeyError) else exc}\n')
     db = build_database(cfg, args.num_frames)
     path = osp.join(args.out, 'gt_database.npz')
     db.save(path)

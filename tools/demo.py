@@ -22,11 +22,13 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 import torch  # noqa: E402
-from mmengine.config import Config, DictAction  # noqa: E402
+from mmengine.config import Config  # noqa: E402
 from mmengine.dataset import pseudo_collate  # noqa: E402
 from mmengine.utils import ProgressBar  # noqa: E402
 
-from fsdlite.engine.tool_setup import build_runner, load_config, prepare_runner_cfg  # noqa: E402
+from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import (CfgOptionsAction, build_runner, check_schedule, load_config,  # noqa: E402
+                                       in_dir, number, out_dir, prepare_runner_cfg)
 from fsdlite.registry import DATASETS, METRICS  # noqa: E402
 from fsdlite.visualization.bev import draw_bev  # noqa: E402
 
@@ -37,21 +39,23 @@ HEADLINE = {'det': ('Car_BEV_AP@0.5', 'Car BEV AP@0.5', 0.6), 'seg': ('IoU_Car',
 
 
 def parse_args(argv=None):
-    """Command-line options of the demo."""
+    """Command-line options of the demo; returns ``(parser, args)``."""
     parser = argparse.ArgumentParser(description='fsdlite demo: synthetic training, evaluation, KITTI frame, BEV PNGs')
     parser.add_argument('--config', default=DEFAULT_CONFIG,
                         help='synthetic-lidar detector or segmentor config to train')
-    parser.add_argument('--out-dir', default='demo_out', help='folder for PNGs, results.json and the work dir')
-    parser.add_argument('--max-iters', type=int, default=None, help='training iterations (default: the config)')
-    parser.add_argument('--threads', type=int, default=1,
+    parser.add_argument('--out-dir', type=out_dir, default='demo_out',
+                        help='folder for PNGs, results.json and the work dir')
+    parser.add_argument('--max-iters', type=number(int, 1), default=None,
+                        help='training iterations (default: the config)')
+    parser.add_argument('--threads', type=number(int, 1), default=1,
                         help='torch intra-op threads (default 1: predictable on a busy 2-core CPU)')
-    parser.add_argument('--min-box-score', type=float, default=0.3,
+    parser.add_argument('--min-box-score', type=number(float, 0, 1), default=0.3,
                         help='draw predicted boxes at or above this score (the title counts the others)')
-    parser.add_argument('--kitti-root', default=None, help='folder holding 000008.bin/.pkl (default: the '
+    parser.add_argument('--kitti-root', type=in_dir, default=None, help='folder holding 000008.bin/.pkl (default: the '
                         'KITTI base config data_root, ../shared/data/kitti_object_000008)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                         help='override config entries (keys must exist)')
-    return parser.parse_args(argv)
+    return parser, parser.parse_args(argv)
 
 
 class Timer:
@@ -173,20 +177,29 @@ def format_results(rows, keys):
     return '\n'.join(lines)
 
 
+def load_demo_config(args):
+    """The config of ``--config`` (relative to the repository) with the demo's overrides and checks."""
+    cfg = load_config(osp.join(REPO_ROOT, args.config) if not osp.isabs(args.config) else args.config,
+                      args.cfg_options)
+    if args.max_iters is not None:
+        set_max_iters(cfg, args.max_iters)
+    return check_schedule(cfg)
+
+
 def main(argv=None):
-    """Run the demo; returns the summary written to ``<out-dir>/results.json``."""
-    args = parse_args(argv)
-    torch.set_num_threads(max(1, args.threads))
+    """Run the demo; returns the summary written to ``<out-dir>/results.json`` (set-up errors exit with status 2)."""
+    parser, args = parse_args(argv)
+    try:
+        cfg = load_demo_config(args)
+    except (ToolError, FileNotFoundError) as exc:
+        parser.exit(2, f'{parser.prog}: error: {exc}\n')
+    torch.set_num_threads(args.threads)
     start = time.perf_counter()
     timer = Timer()
     out_dir = osp.abspath(args.out_dir)
     os.makedirs(out_dir, exist_ok=True)
 
     with timer('set-up and data generation'):
-        cfg = load_config(osp.join(REPO_ROOT, args.config) if not osp.isabs(args.config) else args.config,
-                          args.cfg_options)
-        if args.max_iters is not None:
-            set_max_iters(cfg, args.max_iters)
         cfg.train_cfg.val_interval = cfg.train_cfg.max_iters + 1
         cfg.val_dataloader = cfg.val_cfg = cfg.val_evaluator = None  # evaluation happens once, below
         cfg.default_hooks.logger.interval = 20

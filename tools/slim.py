@@ -21,9 +21,8 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
     sys.path.insert(0, REPO_ROOT)
 
-from mmengine.config import DictAction  # noqa: E402
-
 from fsdlite.engine.errors import ToolError  # noqa: E402
+from fsdlite.engine.tool_setup import CfgOptionsAction, number, out_dir  # noqa: E402
 from fsdlite.slim.errors import SlimError  # noqa: E402
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
@@ -52,12 +51,13 @@ def parse_args(argv=None):
     p.add_argument('--divisor', type=int, default=1, help='round slimmed widths to multiples of this')
     p.add_argument('--finetune', type=int, default=0, metavar='ITERS',
                    help="fine-tune the slimmed model for ITERS iterations of the config's (rescaled) schedule")
-    p.add_argument('--out', required=True, help='output folder')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+    p.add_argument('--out', type=out_dir, required=True, help='output folder')
+    p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                    help='override config entries (kept in the written config)')
-    p.add_argument('--sample-index', nargs='+', type=int, default=[0], help='dataset items of the sample batch')
+    p.add_argument('--sample-index', nargs='+', type=number(int, 0), default=[0],
+                   help='dataset items of the sample batch')
     p.add_argument('--split', default='val', choices=('train', 'val', 'test'), help='dataloader of the sample')
-    p.add_argument('--latency-repeat', type=int, default=5, help='timed forwards per model (median)')
+    p.add_argument('--latency-repeat', type=number(int, 1), default=5, help='timed forwards per model (median)')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocess measurements')
     return p, p.parse_args(argv)
 

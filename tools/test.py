@@ -14,8 +14,8 @@ if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (exam
     sys.path.insert(0, REPO_ROOT)
 
 from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import (add_runner_args, build_runner, load_config, parse_runner_args,  # noqa: E402
-                                       prepare_runner_cfg, require_file)
+from fsdlite.engine.tool_setup import (add_runner_args, build_runner, load_config, load_weights,  # noqa: E402
+                                       parse_runner_args, prepare_runner_cfg, require_file, runner_model)
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -38,7 +38,9 @@ def main(argv=None):
         prepare_runner_cfg(cfg, args.config, args.work_dir, args.launcher)
         cfg.load_from = require_file(args.checkpoint, 'checkpoint')
         cfg.resume = False
-        metrics = build_runner(cfg).test()
+        runner = build_runner(cfg)
+        load_weights(runner_model(runner), args.checkpoint, args.config)  # mmengine's own load is not strict
+        metrics = runner.test()
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
     return metrics

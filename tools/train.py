@@ -16,8 +16,9 @@ if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (exam
     sys.path.insert(0, REPO_ROOT)
 
 from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import (add_runner_args, build_runner, enable_amp, load_config,  # noqa: E402
-                                       parse_runner_args, prepare_runner_cfg, require_file)
+from fsdlite.engine.tool_setup import (CheckpointMismatchError, add_runner_args, build_runner,  # noqa: E402
+                                       check_schedule, enable_amp, load_config, load_weights, parse_runner_args,
+                                       prepare_runner_cfg, require_file, runner_model)
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -34,12 +35,24 @@ def parse_args(argv=None):
     return parser, args
 
 
+def check_resume(runner, path, config):
+    """Fail before training when the ``--resume`` checkpoint belongs to another config or holds no training state
+    (mmengine would load it non-strictly, or fail with ``KeyError: 'meta'``)."""
+    ckpt = load_weights(runner_model(runner), path, config, '--resume checkpoint')
+    meta = ckpt.get('meta')
+    if not isinstance(meta, dict) or not {'iter', 'epoch'} <= set(meta):
+        raise CheckpointMismatchError(
+            f"--resume checkpoint {path!r} holds no training state ('meta' with 'iter' and 'epoch'); expected a "
+            'checkpoint written by tools/train.py (to start from its weights: --cfg-options load_from=PATH)')
+
+
 def main(argv=None):
     """Run the tool; set-up errors exit with status 2 and a one-line message."""
     parser, args = parse_args(argv)
     try:
         cfg = load_config(args.config, args.cfg_options, args.allow_new_cfg_keys)
         prepare_runner_cfg(cfg, args.config, args.work_dir, args.launcher)
+        check_schedule(cfg)
         if args.amp:
             enable_amp(cfg)
         if args.resume == 'auto':
@@ -47,6 +60,8 @@ def main(argv=None):
         elif args.resume is not None:
             cfg.resume, cfg.load_from = True, require_file(args.resume, '--resume checkpoint')
         runner = build_runner(cfg)
+        if args.resume not in (None, 'auto'):
+            check_resume(runner, args.resume, args.config)
         runner.train()
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')

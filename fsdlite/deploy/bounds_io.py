@@ -19,11 +19,14 @@ def load_bounds_file(path):
     if not path.is_file():
         raise FileNotFoundError(f'bounds file {str(path)!r} does not exist')
     if path.suffix == '.json':
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise ValueError(f'bounds file {str(path)!r} is not valid JSON ({exc})') from None
         data = data.get('bounds', data) if isinstance(data, dict) else data
     else:
-        from mmengine.config import Config
-        cfg = Config.fromfile(str(path))
+        from ..engine.tool_setup import read_config
+        cfg = read_config(str(path), 'bounds file')
         data = cfg.get('bounds')
         data = data.to_dict() if hasattr(data, 'to_dict') else data
     if not isinstance(data, dict) or not data:

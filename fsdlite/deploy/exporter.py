@@ -59,10 +59,10 @@ def build_model(model_cfg, checkpoint=None, seed=0):
     torch.manual_seed(seed)
     model = MODELS.build(dict(model_cfg))
     if checkpoint not in (None, 'random'):
-        from mmengine.runner import load_checkpoint
+        from ..engine.checkpoint import load_weights
         if not Path(checkpoint).is_file():
             raise FileNotFoundError(f'checkpoint {str(checkpoint)!r} does not exist (use "random" for random weights)')
-        load_checkpoint(model, str(checkpoint), map_location='cpu', strict=True, logger='silent')
+        load_weights(model, str(checkpoint), model_cfg['type'])  # strict, names what does not match
     return model.eval()
 
 

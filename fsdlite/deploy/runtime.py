@@ -42,9 +42,14 @@ def read_deploy_info(directory):
     path = directory / 'deploy.json'
     if not path.is_file():
         raise FileNotFoundError(f'{directory} is not a deploy folder: no deploy.json (run deploy/export_onnx.py)')
-    info = json.loads(path.read_text())
-    if info.get('format') != FORMAT:
-        raise ValueError(f'{path}: format {info.get("format")!r} is not {FORMAT!r}; re-export the model')
+    try:
+        info = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ValueError(f'{path} is not valid JSON ({exc}); expected the deploy.json of deploy/export_onnx.py') \
+            from None
+    if not isinstance(info, dict) or info.get('format') != FORMAT:
+        found = info.get('format') if isinstance(info, dict) else info
+        raise ValueError(f'{path}: format {found!r} is not {FORMAT!r}; re-export the model')
     files = [(key, info[key]) for key in ('onnx', 'config')]
     files += [(f'tiers[{i}].onnx', tier['onnx']) for i, tier in enumerate(info.get('tiers', []))]
     for key, name in files:

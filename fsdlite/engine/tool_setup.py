@@ -1,23 +1,106 @@
-"""Shared set-up of ``tools/train.py`` and ``tools/test.py``: config loading, overrides, work dir, runner."""
+"""Shared set-up of the command-line tools (``tools/*.py``, ``deploy/*.py``): option types that reject bad values
+with an argparse message, config loading and overrides, checkpoint reading, work dir, runner."""
+import argparse
+import math
 import os
 import os.path as osp
 
 import torch
-from mmengine.config import Config
+from mmengine.config import Config, DictAction
 
 from fsdlite import registry  # noqa: F401  (applies the torch>=2.6 checkpoint-loading fix)
 
 from .config_checks import check_cfg_options
 from .distributed import LAUNCHERS, setup_cpu_distributed
+from .checkpoint import CheckpointMismatchError, load_weights, read_state_dict  # noqa: F401  (tool imports)
 from .errors import ToolError
+
+
+class CfgOptionsAction(DictAction):
+    """mmengine's ``DictAction`` for ``--cfg-options``: an item that is not ``KEY=VALUE`` is a usage error naming
+    the item, not a traceback."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for item in values if isinstance(values, list) else [values]:
+            key, sep, _ = item.partition('=')
+            if not sep or not key:
+                raise argparse.ArgumentError(self, f'expected KEY=VALUE items, got {item!r}')
+        try:
+            super().__call__(parser, namespace, values, option_string)
+        except (ValueError, AssertionError, IndexError) as exc:
+            raise argparse.ArgumentError(self, f'could not parse {values!r} as KEY=VALUE items ({exc})') from None
+
+
+def number(cast=float, low=None, high=None, low_open=False):
+    """An argparse ``type=`` for a finite int/float in a range; anything else is a usage error such as
+    ``argument --margin: expected a number >= 1, got 'nan'``.
+
+    Args:
+        cast (type): ``int`` or ``float``.
+        low, high (float, optional): inclusive bounds (``low`` exclusive with ``low_open``).
+    """
+    kind = 'an integer' if cast is int else 'a number'
+    if low is not None and high is not None:
+        expected = f'{kind} in {"(" if low_open else "["}{low:g}, {high:g}]'
+    elif low is not None:
+        expected = f'{kind} {">" if low_open else ">="} {low:g}'
+    else:
+        expected = kind if high is None else f'{kind} <= {high:g}'
+
+    def parse(text):
+        try:
+            value = cast(text)
+        except (TypeError, ValueError):
+            value = None
+        ok = value is not None and math.isfinite(value) and (high is None or value <= high) and (
+            low is None or (value > low if low_open else value >= low))
+        if not ok:
+            raise argparse.ArgumentTypeError(f'expected {expected}, got {text!r}')
+        return value
+    parse.__name__ = cast.__name__
+    return parse
+
+
+def _first_existing(path):
+    probe = osp.abspath(path)
+    while not osp.exists(probe):
+        probe = osp.dirname(probe)
+    return probe
+
+
+def out_dir(text):
+    """An argparse ``type=`` for an output folder (created later): not an existing file, and no file on its way."""
+    above = _first_existing(text)
+    if not osp.isdir(above):
+        what = 'is an existing file' if above == osp.abspath(text) else f'lies under the file {above!r}'
+        raise argparse.ArgumentTypeError(f'{text!r} {what}; expected a folder (created when missing)')
+    return text
+
+
+def in_dir(text):
+    """An argparse ``type=`` for an existing input folder."""
+    if not osp.isdir(text):
+        what = 'is a file' if osp.exists(text) else 'does not exist'
+        raise argparse.ArgumentTypeError(f'{text!r} {what}; expected an existing folder')
+    return text
+
+
+def out_file(text):
+    """An argparse ``type=`` for a file to write: not a folder, and its folder exists."""
+    parent = osp.dirname(osp.abspath(text))
+    if osp.isdir(text):
+        raise argparse.ArgumentTypeError(f'{text!r} is a folder; expected a file name')
+    if not osp.isdir(parent):
+        raise argparse.ArgumentTypeError(f'{text!r}: folder {parent!r} does not exist; expected a file in an '
+                                         'existing folder')
+    return text
 
 
 def add_runner_args(parser, work_dir_help, cfg_example):
     """Add the options every runner tool shares: ``--work-dir``, ``--cfg-options``, ``--allow-new-cfg-keys``,
     ``--launcher`` and ``--local_rank``; returns ``parser``."""
-    from mmengine.config import DictAction
-    parser.add_argument('--work-dir', help=work_dir_help)
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, metavar='KEY=VALUE',
+    parser.add_argument('--work-dir', type=out_dir, help=work_dir_help)
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                         help=f'override config entries, e.g. {cfg_example} (keys must exist)')
     parser.add_argument('--allow-new-cfg-keys', action='store_true',
                         help='let --cfg-options add keys the config does not have')
@@ -44,15 +127,33 @@ def load_config(path, cfg_options=None, allow_new_keys=False):
         mmengine.Config
     Raises:
         FileNotFoundError: the config does not exist.
+        ToolError: the config cannot be parsed.
         UnknownConfigKeyError: an override key is not in the config.
     """
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'config file {path!r} does not exist')
-    cfg = Config.fromfile(path)
+    cfg = read_config(path)
     check_cfg_options(cfg, cfg_options, allow_new_keys)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     return cfg
+
+
+def read_config(path, what='config file'):
+    """``Config.fromfile(path)``; a missing file, a syntax error or an unloadable ``_base_`` / ``custom_imports``
+    raises an error naming ``what`` and ``path``.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        ToolError: the file cannot be parsed as an mmengine config.
+    """
+    require_file(path, what)
+    try:
+        return Config.fromfile(path)
+    except SyntaxError as exc:
+        where = f'{exc.filename}, ' if exc.filename not in (None, '<unknown>', path) else ''
+        raise ToolError(f'{what} {path!r} is not valid Python: {exc.msg} ({where}line {exc.lineno})') from None
+    except (OSError, ValueError, NameError, KeyError, ImportError) as exc:
+        raise ToolError(f'{what} {path!r} could not be loaded ({type(exc).__name__}: {exc}); expected an mmengine '
+                        'config (.py / .json / .yaml)') from None
 
 
 def prepare_runner_cfg(cfg, config_path, work_dir=None, launcher='none'):
@@ -63,6 +164,17 @@ def prepare_runner_cfg(cfg, config_path, work_dir=None, launcher='none'):
         cfg.work_dir = osp.join('work_dirs', osp.splitext(osp.basename(config_path))[0])
     cfg.launcher = launcher
     setup_cpu_distributed(cfg, launcher)
+    return cfg
+
+
+def check_schedule(cfg):
+    """Raise ToolError unless ``train_cfg.max_iters`` / ``max_epochs`` (where set) is an integer >= 1 (mmengine
+    would otherwise 'train' zero iterations and exit 0)."""
+    train_cfg = cfg.get('train_cfg') or {}
+    for key in ('max_iters', 'max_epochs'):
+        value = train_cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ToolError(f'train_cfg.{key}={value!r}: expected an integer >= 1')
     return cfg
 
 
@@ -90,9 +202,19 @@ def build_runner(cfg):
 
 def require_file(path, what):
     """Raise FileNotFoundError naming ``what`` when ``path`` is not a file."""
+    if osp.isdir(path):
+        raise FileNotFoundError(f'{what} {path!r} is a folder; expected a file')
     if not osp.isfile(path):
         raise FileNotFoundError(f'{what} {path!r} does not exist')
     return path
 
 
-__all__ = ['load_config', 'prepare_runner_cfg', 'enable_amp', 'build_runner', 'require_file']
+def runner_model(runner):
+    """The runner's model without its DDP wrapper."""
+    from mmengine.model import is_model_wrapper
+    return runner.model.module if is_model_wrapper(runner.model) else runner.model
+
+
+__all__ = ['CheckpointMismatchError', 'CfgOptionsAction', 'number', 'in_dir', 'out_dir', 'out_file', 'add_runner_args',
+           'parse_runner_args', 'load_config', 'read_config', 'prepare_runner_cfg', 'check_schedule', 'enable_amp',
+           'build_runner', 'require_file', 'read_state_dict', 'load_weights', 'runner_model']

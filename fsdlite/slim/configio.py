@@ -5,6 +5,8 @@ import pprint
 
 import torch
 
+from fsdlite.engine.checkpoint import CheckpointMismatchError, load_state_strict, read_state_dict
+
 from .errors import SlimError
 
 
@@ -58,15 +60,16 @@ def write_slim_config(path, base_config, overrides, header=()):
 
 
 def load_state_dict(path):
-    """The state dict stored in a checkpoint file (mmengine's ``{'state_dict': ...}`` or a bare dict)."""
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'checkpoint {path!r} does not exist')
-    ckpt = torch.load(path, map_location='cpu', weights_only=False)
-    state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise SlimError(f'checkpoint {path!r} holds no state dict (expected a dict of tensors or '
-                        '{"state_dict": ...})')
-    return {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state.items()}
+    """The state dict stored in a checkpoint file (mmengine's ``{'state_dict': ...}`` or a bare dict).
+
+    Raises:
+        FileNotFoundError, CheckpointLoadError: see :func:`fsdlite.engine.checkpoint.read_state_dict`.
+        SlimError: the file holds no state dict.
+    """
+    try:
+        return read_state_dict(path)[1]
+    except CheckpointMismatchError as exc:
+        raise SlimError(str(exc)) from None
 
 
 def load_into(model, state, ckpt_path, config_path):
@@ -75,24 +78,10 @@ def load_into(model, state, ckpt_path, config_path):
     Raises:
         SlimError: the checkpoint was trained with another config (missing/unexpected keys, other shapes).
     """
-    own = model.state_dict()
-    shapes = sorted(f'{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(own[k].shape)}'
-                    for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
-    missing, unexpected = [], []
-    if not shapes:  # load non-strictly first: module hooks may fill keys that older checkpoints lack
-        result = model.load_state_dict(state, strict=False)
-        missing, unexpected = sorted(result.missing_keys), sorted(result.unexpected_keys)
-    else:
-        missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
-    if missing or unexpected or shapes:
-        parts = []
-        for what, items in (('missing', missing), ('unexpected', unexpected), ('different shapes', shapes)):
-            if items:
-                more = f' (+{len(items) - 5} more)' if len(items) > 5 else ''
-                parts.append(f'{what}: {items[:5]}{more}')
-        raise SlimError(f'checkpoint {ckpt_path!r} does not belong to config {config_path!r} ('
-                        + '; '.join(parts) + ')')
-    return model
+    try:
+        return load_state_strict(model, state, ckpt_path, config_path)
+    except CheckpointMismatchError as exc:
+        raise SlimError(str(exc)) from None
 
 
 def save_checkpoint(path, state_dict, meta):

@@ -65,7 +65,7 @@ def test_export_option_errors(tiny, tmp_path, capsys):
     export = load_script(tiny, 'export_onnx.py')
     with pytest.raises(SystemExit) as exc:
         export.main([tiny.configs['voxelnet'], 'random', '--out', str(tmp_path), '--batch-size', '0'])
-    assert exc.value.code == 2 and '--batch-size must be >= 1, got 0' in capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --batch-size: expected an integer >= 1, got '0'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         export.main([tiny.configs['voxelnet'], str(tmp_path / 'missing.pth'), '--out', str(tmp_path)])
     assert exc.value.code == 2 and 'missing.pth' in capsys.readouterr().err
@@ -85,3 +85,49 @@ def test_verify_and_build_trt_reject_a_non_deploy_folder(tiny, tmp_path, capsys)
         with pytest.raises(SystemExit) as exc:
             load_script(tiny, script).main([str(tmp_path)])
         assert exc.value.code == 2 and 'is not a deploy folder: no deploy.json' in capsys.readouterr().err
+
+
+def _usage_error(module, argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        module.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and 'Traceback' not in err
+    return err
+
+
+def test_export_rejects_bad_values_and_files(tiny, tmp_path, capsys):
+    export, config = load_script(tiny, 'export_onnx.py'), tiny.configs['voxelnet']
+    (tmp_path / 'file.txt').write_text('x')
+    (tmp_path / 'syntax.py').write_text('bounds = dict(\n')
+    (tmp_path / 'bad.json').write_text('{"max_points": ')
+    foreign = tmp_path / 'foreign.pth'
+    torch.save({'state_dict': torch.nn.Linear(2, 3).state_dict()}, foreign)
+    out = ['--out', str(tmp_path / 'o')]
+    cases = [
+        (['random', *out, '--margin', 'nan'], "argument --margin: expected a number >= 1, got 'nan'"),  # was accepted
+        (['random', *out, '--opset', '17'], "argument --opset: expected an integer >= 18, got '17'"),
+        (['random', '--out', str(tmp_path / 'file.txt')], f"argument --out: '{tmp_path / 'file.txt'}' is an existing"),
+        (['random', *out, '--data-root', str(tmp_path / 'none')], f"argument --data-root: '{tmp_path / 'none'}' does"),
+        (['random', *out, '--cfg-options', 'foo'], "argument --cfg-options: expected KEY=VALUE items, got 'foo'"),
+        (['random', *out, '--bounds', str(tmp_path / 'syntax.py')],
+         f"bounds file '{tmp_path / 'syntax.py'}' is not valid Python: '(' was never closed"),
+        (['random', *out, '--bounds', str(tmp_path / 'bad.json')],
+         f"bounds file '{tmp_path / 'bad.json'}' is not valid JSON"),
+        ([str(foreign), *out], f"checkpoint '{foreign}' does not belong to config 'VoxelNet' (missing: ["),
+    ]
+    for argv, message in cases:
+        assert message in _usage_error(export, [config, *argv], capsys), argv
+    err = _usage_error(export, [str(tmp_path / 'syntax.py'), 'random', *out], capsys)
+    assert f"config file '{tmp_path / 'syntax.py'}' is not valid Python" in err
+
+
+def test_verify_and_build_trt_reject_bad_values_and_deploy_json(tiny, tmp_path, capsys):
+    verify, build = load_script(tiny, 'verify_onnx.py'), load_script(tiny, 'build_trt.py')
+    (tmp_path / 'deploy.json').write_text('not json{')
+    for module in (verify, build):
+        err = _usage_error(module, [str(tmp_path)], capsys)
+        assert f"{tmp_path / 'deploy.json'} is not valid JSON" in err
+    assert "argument --threads: expected an integer >= 1, got '0'" in _usage_error(verify, [str(tmp_path), '--threads',
+                                                                                             '0'], capsys)
+    assert "argument --workspace-gib: expected a number > 0, got '0'" in _usage_error(
+        build, [str(tmp_path), '--workspace-gib', '0'], capsys)

@@ -76,7 +76,7 @@ def test_collect_bounds_margin_and_errors(tools, capsys, tmp_path):
     assert bounds['max_points'] == math.ceil(int(row.split()[1]) * 1.5)
     with pytest.raises(SystemExit) as exc:
         tool.main([CONFIG, '--margin', '0.5'])
-    assert exc.value.code == 2 and '--margin must be >= 1' in capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --margin: expected a number >= 1, got '0.5'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         tool.main(['configs/segmentation/sparse_segmentor_synthetic.py', '--num-frames', '1'])
     assert exc.value.code == 2 and 'expected FSDLite or FSDv2Lite' in capsys.readouterr().err
