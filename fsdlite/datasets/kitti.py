@@ -10,6 +10,7 @@ from mmengine.logging import print_log
 from ..registry import DATASETS
 from ..structures.boxes import camera_to_lidar_boxes
 from .kitti_format import lidar2cam_from_calib, read_calib, read_info_pkl, read_label
+from fsdlite.utils.drop_report import report_dropped
 from .lidar_det_dataset import LidarDetDataset
 from .transforms.loading import drop_non_finite, load_points
 
@@ -29,7 +30,8 @@ class KittiDataset(LidarDetDataset):
     Camera boxes become bottom-centre lidar boxes (``inv(R0_rect @ Tr_velo_to_cam)``; (l, h, w) -> (l, w, h);
     yaw = -ry - pi/2).  Objects whose type is not in ``metainfo['classes']`` (DontCare, Van, Misc, ...)
     are dropped and counted (per sample in ``num_objects_filtered``, per type in :attr:`dropped_objects`).
-    Non-finite points are dropped and counted in ``num_points_invalid``.  ``pts_semantic_mask`` /
+    Non-finite points are dropped, counted in ``num_points_invalid`` and reported (a warning the first time,
+    totals in :attr:`dropped_totals`).  ``pts_semantic_mask`` /
     ``pts_instance_mask`` come from ``points_in_boxes`` (lowest box index wins on overlap).
 
     Args:
@@ -104,6 +106,8 @@ class KittiDataset(LidarDetDataset):
     def load_sample(self, info):
         from ..ops import points_in_boxes, points_in_boxes_all  # lazy: builds the op on first use only
         points, invalid = drop_non_finite(load_points(info['lidar_path'], self.load_dim, self.use_dim))
+        report_dropped(self, 'num_points_invalid', invalid, lambda: f'dropped {invalid} of {len(points) + invalid} '
+                       f"points with NaN/Inf values in {info['lidar_path']!r} (frame {info.get('frame_id')})")
         boxes = info['gt_bboxes_3d']
         instance = points_in_boxes(points, boxes)
         labels = info['gt_labels_3d']

@@ -12,6 +12,7 @@ import torch
 from mmengine.dataset import BaseDataset
 
 from ..registry import TRANSFORMS
+from fsdlite.utils.drop_report import report_dropped
 from .transforms._fields import COUNTERS
 
 DEFAULT_CLASSES = ('Car', 'Pedestrian', 'Cyclist')
@@ -81,5 +82,14 @@ class LidarDetDataset(BaseDataset):
         return results
 
     def prepare_data(self, idx):
-        """Raw results of sample ``idx`` passed through the pipeline."""
-        return self.pipeline(self.raw_results(idx))
+        """Raw results of sample ``idx`` passed through the pipeline.
+
+        A pipeline that returns None skips the sample (mmengine's ``__getitem__`` then draws another one,
+        or raises in test mode); skips are counted in ``dropped_totals['skipped_samples']`` and the first
+        one is logged as a warning.
+        """
+        data = self.pipeline(self.raw_results(idx))
+        if data is None:
+            report_dropped(self, 'skipped_samples', 1, lambda: f'skipped sample {idx}: the pipeline returned None '
+                           '(mmengine draws another sample in its place)', in_metainfo=False)
+        return data

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 
 from ..registry import DATASETS
 from ..structures import Det3DDataSample, PointData
+from fsdlite.utils.drop_report import report_dropped
 
 PRIMITIVES = ('sphere', 'box', 'cylinder', 'cone', 'torus', 'plane')
 SPLITS = {'train': 0, 'val': 1, 'test': 2}
@@ -197,7 +198,8 @@ class PrimitiveScenesDataset(_GeneratedDataset):
         object_scale (tuple[float, float]): primitive size range (m).
         jitter (float): Gaussian noise sigma.
     Labels index ``classes`` = :data:`PRIMITIVES` (the ground is 'plane').  Objects that find no free
-    spot on the ground are skipped and counted in the sample's ``num_skipped_objects``.
+    spot on the ground are skipped, counted in the sample's ``num_skipped_objects`` and reported (a warning the
+    first time, totals in :attr:`dropped_totals`).
     """
 
     def __init__(self, num_samples=200, split='train', seed=0, extent=2.0, objects=(3, 6), point_density=600.0,
@@ -243,6 +245,8 @@ class PrimitiveScenesDataset(_GeneratedDataset):
     def __getitem__(self, index):
         index = self._index(index)
         pts, labels, skipped = self.generate(index)
+        report_dropped(self, 'num_skipped_objects', skipped, lambda: f'{skipped} objects of scene {index} found no '
+                       'free spot on the ground and were left out')
         sample = Det3DDataSample(metainfo=dict(sample_idx=index, classes=PRIMITIVES, num_skipped_objects=skipped))
         sample.gt_pts_seg = PointData(pts_semantic_mask=torch.from_numpy(labels))
         return dict(inputs=dict(points=torch.from_numpy(pts)), data_samples=sample)

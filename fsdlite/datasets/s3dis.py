@@ -4,7 +4,8 @@ e.g. the Area 5 conferenceRoom_1 subset in ``shared/data/s3dis_area5_conf1``.
 * ``mode='train'``: random input regions (after KPConv's S3DIS input spheres): sample ``i`` is the
   points within horizontal distance ``sphere_radius`` of a random room point (a vertical cylinder, so
   floor and ceiling stay in; deterministic by seed and index), at most
-  ``max_points`` of them (a random subset beyond; the count dropped is in the metainfo).
+  ``max_points`` of them (a random subset beyond; the count dropped is in ``metainfo['num_dropped_points']``
+  and reported with a warning the first time, totals in ``dropped_totals``).
 * ``mode='test'``: the room cut into vertical tiles of ``tile_size`` (every point belongs to exactly
   one tile), so predictions of all samples together cover every room point once.
 
@@ -20,6 +21,7 @@ from torch.utils.data import Dataset
 
 from ..registry import DATASETS
 from ..structures import Det3DDataSample, PointData
+from fsdlite.utils.drop_report import report_dropped
 
 S3DIS_CLASSES = ('ceiling', 'floor', 'wall', 'beam', 'column', 'window', 'door', 'table', 'chair', 'sofa',
                  'bookcase', 'board', 'clutter')
@@ -110,6 +112,8 @@ class S3DISRoomDataset(Dataset):
 
     def __getitem__(self, index):
         rows, centre, dropped = self.indices(index)
+        report_dropped(self, 'num_dropped_points', dropped, lambda: f'dropped {dropped} of {len(rows) + dropped} '
+                       f'points of sample {index} (a region holds at most max_points={self.max_points})')
         xyz = self.xyz[rows] - np.array([centre[0], centre[1], self.floor], dtype=np.float32)
         points = np.concatenate([xyz, self.rgb[rows].astype(np.float32) / 255.0], 1).astype(np.float32)
         sample = Det3DDataSample(metainfo=dict(sample_idx=index, classes=S3DIS_CLASSES, point_index=rows,

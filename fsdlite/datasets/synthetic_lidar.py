@@ -5,6 +5,7 @@ import torch
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
+from fsdlite.utils.drop_report import report_dropped
 from .lidar_det_dataset import LidarDetDataset
 from .raycast import LidarSpec
 from .synthetic_scene import SceneSpec, SensorNoise, frame_rng, render_frame
@@ -42,7 +43,8 @@ class SyntheticLidarDataset(LidarDetDataset):
     Each sample has points ``(N, 4)`` (x, y, z, intensity), bottom-centre lidar boxes ``(M, 7)``,
     labels, a per-point semantic mask (class of the object hit, ``len(classes)`` for ground/clutter)
     and instance mask, and metainfo ``num_points_in_gt`` (points inside each box; boxes without
-    points are kept) and ``num_skipped_objects`` (objects that found no free spot).
+    points are kept) and ``num_skipped_objects`` (boxes that found no free spot; reported with a warning the
+    first time, totals in :attr:`dropped_totals`).
 
     Args:
         num_frames (int): frames in the split.
@@ -92,6 +94,10 @@ class SyntheticLidarDataset(LidarDetDataset):
                 self._cache[key] = frame
         out = {k: v.copy() if hasattr(v, 'copy') else v for k, v in frame.items() if k != 'clutter_bboxes_3d'}
         out['split'] = self.split
+        skipped = int(out.get('num_skipped_objects', 0))
+        report_dropped(self, 'num_skipped_objects', skipped, lambda: f'{skipped} boxes (objects or clutter) of frame '
+                       f'{key} ({self.split}) found no free spot after max_attempts={self.scene.max_attempts} '
+                       'tries and were left out of the scene')
         return out
 
     def statistics(self, num_frames=None):

@@ -1,4 +1,5 @@
-"""LidarDataPreprocessor: collation, voxelization, counted exclusions, empty clouds, bad inputs."""
+"""LidarDataPreprocessor: collation, voxelization, counted exclusions, empty clouds, bad inputs;
+KPDataPreprocessor: truncated neighbourhoods and ignored labels are counted and reported."""
 import pytest
 import torch
 
@@ -63,8 +64,8 @@ def test_exclusion_warning_is_logged_once(preprocessor, lidar):
     finally:
         logger.removeHandler(handler)
     hits = [m for m in messages if 'excluded 1 of 2 points' in m]
-    assert len(hits) == 1 and 'outside point_range' in hits[0]
-    assert preprocessor.num_excluded_total == 3
+    assert len(hits) == 1 and 'outside point_range' in hits[0] and "metainfo['num_excluded_points']" in hits[0]
+    assert preprocessor.num_excluded_total == 3 == preprocessor.dropped_totals['num_excluded_points']
 
 
 class _ListHandler(__import__('logging').Handler):
@@ -120,3 +121,65 @@ def test_bad_arguments(lidar):
         pre(batch)
     with pytest.raises(KeyError, match='expects data'):
         pre(dict(points=[torch.zeros(1, 4)]))
+
+
+@pytest.fixture
+def logged():
+    """Messages mmengine's current logger emits during the test."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    messages = []
+    handler = _ListHandler(messages)
+    logger.addHandler(handler)
+    yield messages
+    logger.removeHandler(handler)
+
+
+@pytest.fixture
+def shapes():
+    """Two synthetic shapes, collated."""
+    from mmengine.dataset import pseudo_collate
+
+    from fsdlite.datasets.point_shapes import PointShapesDataset
+    ds = PointShapesDataset(num_samples=2, num_points=(300, 400), seed=3)
+    return pseudo_collate([ds[i] for i in range(2)])
+
+
+def test_kp_truncated_neighbourhoods_counted_per_sample_and_warned(shapes, logged):
+    from fsdlite.models.kpconv.data_preprocessor import KPDataPreprocessor
+    prep = KPDataPreprocessor(first_subsampling_dl=0.1, num_levels=2, neighbor_limits=[4, 4])
+    out = prep(shapes)
+    pyr, samples = out['inputs'], out['data_samples']
+    assert pyr.truncated[0] > 0 and pyr.truncated_pools[0] > 0
+    per_sample = [s.metainfo['num_truncated_neighborhoods'] for s in samples]
+    per_sample_pools = [s.metainfo['num_truncated_pools'] for s in samples]
+    assert [sum(c) for c in zip(*per_sample)] == pyr.truncated and len(per_sample[0]) == 2
+    assert [sum(c) for c in zip(*per_sample_pools)] == pyr.truncated_pools and len(per_sample_pools[0]) == 1
+    total = sum(len(p) for p in pyr.points)
+    found = [m for m in logged if f'KPDataPreprocessor: {sum(pyr.truncated)} of {total} neighbourhoods' in m]
+    assert len(found) == 1 and "metainfo['num_truncated_neighborhoods']" in found[0]
+    assert len([m for m in logged if 'pooling neighbourhoods' in m and 'num_truncated_pools' in m]) == 1
+    prep(shapes)
+    assert len([m for m in logged if 'KPDataPreprocessor' in m]) == 2  # once per kind, not per batch
+    assert prep.dropped_totals['num_truncated_neighborhoods'] == 2 * sum(pyr.truncated)
+
+
+def test_kp_truncation_by_max_neighbors_is_counted(shapes):
+    from fsdlite.models.kpconv.data_preprocessor import KPDataPreprocessor
+    capped = KPDataPreprocessor(first_subsampling_dl=0.1, num_levels=2, neighbor_limits=[64, 64], max_neighbors=4)
+    cut = KPDataPreprocessor(first_subsampling_dl=0.1, num_levels=2, neighbor_limits=[4, 4], max_neighbors=64)
+    a, b = capped(shapes)['inputs'], cut(shapes)['inputs']
+    assert all(torch.equal(x, y) for x, y in zip(a.neighbors, b.neighbors)) and a.neighbors[0].shape[1] == 4
+    assert a.truncated == b.truncated and a.truncated[0] > 0  # was 0: counts were compared with 64, not 4
+
+
+def test_kp_partially_labelled_batch_is_reported(shapes, logged):
+    from fsdlite.models.kpconv.data_preprocessor import KPDataPreprocessor
+    from fsdlite.structures import PointData
+    first = shapes['data_samples'][0]
+    first.gt_pts_seg = PointData(pts_semantic_mask=torch.zeros(len(shapes['inputs']['points'][0]), dtype=torch.long))
+    prep = KPDataPreprocessor(first_subsampling_dl=0.1, num_levels=2, with_labels=True)
+    assert prep(shapes)['inputs'].labels is None
+    assert len([m for m in logged if 'ignored the labels of a batch where only 1 of 2 samples have gt_pts_seg'
+                in m]) == 1
+    assert prep.dropped_totals['batches_without_labels'] == 1

@@ -6,6 +6,7 @@ from torch.utils.data import Dataset
 
 from ...registry import DATASETS
 from ...structures import Det3DDataSample, PointData
+from fsdlite.utils.drop_report import report_dropped
 from .features import FEATURE_NAMES, poca_log_scatter, voxel_muon_features
 from .materials import DEFAULT_CLASSES, radiation_lengths
 from .simulator import MuonSimulator
@@ -19,7 +20,8 @@ class MuonVolumeDataset(Dataset):
     Item ``i`` is simulated on access from the seed ``(seed, i)``, so the dataset is deterministic
     and needs no storage.  Exactly ``num_muons`` usable muons are kept per volume: muons are simulated
     in rounds until enough survive; the surplus of the last round, undetected muons and muons whose
-    PoCA is outside the volume are counted in the sample's metainfo.
+    PoCA is outside the volume are counted in the sample's ``metainfo['muon_counts']`` and reported (a warning
+    the first time, totals in :attr:`dropped_totals`).
 
     Args:
         num_volumes (int): dataset length.
@@ -93,6 +95,10 @@ class MuonVolumeDataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f'MuonVolumeDataset: index {index} out of range for {len(self)} volumes')
         labels, block, x0, muons, counts = self.simulate_volume(index)
+        report_dropped(self, 'muon_counts', counts['undetected'] + counts['poca_outside'] + counts['surplus'],
+                       lambda: f"volume {index} kept {self.num_muons} of {counts['generated']} simulated muons "
+                               f"({counts['undetected']} undetected, {counts['poca_outside']} with the PoCA outside "
+                               f"the volume, {counts['surplus']} surplus of the last round)")
         centres = self.grid.centres()
         score, count = poca_log_scatter(muons, self.grid)
         sample = Det3DDataSample(metainfo=dict(

@@ -9,20 +9,37 @@ Keys (all tensors on CPU):
   ``num_points_in_gt`` (M,) int64 points counted in each box when the sample was loaded;
 * ``classes`` (tuple of str), ``sample_idx`` (int), counters ``num_points_filtered`` (points dropped by
   range filters), ``num_points_invalid`` (non-finite points dropped at load), ``num_objects_filtered``
-  (boxes dropped by class or range filters), plus augmentation records (``pcd_*``, ``transformation_3d_flow``).
+  (boxes dropped by class or range filters), ``num_rejected_objects`` / ``num_unavailable_objects`` (GT-sampled
+  objects not pasted: overlapping, or missing from the database), plus augmentation records (``pcd_*``,
+  ``transformation_3d_flow``).  Every counter is copied into ``data_sample.metainfo`` by ``Pack3DDetInputs``.
 
 Per-point and per-box keys are optional: helpers edit whichever are present, keeping them aligned.
 """
 import torch
 
+from fsdlite.utils.drop_report import report_dropped
+
 POINT_KEYS = ('points', 'pts_semantic_mask', 'pts_instance_mask')
 BOX_KEYS = ('gt_bboxes_3d', 'gt_labels_3d', 'num_points_in_gt')
 COUNTERS = ('num_points_filtered', 'num_points_invalid', 'num_objects_filtered')
+DROP_COUNTERS = COUNTERS + ('num_points_replaced', 'num_rejected_objects', 'num_unavailable_objects',
+                            'num_skipped_objects')
 
 
 def add_count(results, key, count):
     """Add ``count`` to the integer counter ``results[key]`` (created at 0)."""
     results[key] = int(results.get(key, 0)) + int(count)
+
+
+def count_dropped(owner, results, key, count, total, what):
+    """Add ``count`` dropped items to ``results[key]`` and report them (:func:`report_dropped`).
+
+    ``total`` is the number of items before the drop and ``what`` says which were dropped, e.g.
+    ``'points outside point_cloud_range=[...]'``.
+    """
+    add_count(results, key, count)
+    report_dropped(owner, key, count, lambda: f"dropped {int(count)} of {int(total)} {what} "
+                                              f"(sample_idx={results.get('sample_idx')})")
 
 
 def num_classes(results):

@@ -1,10 +1,11 @@
-"""Range and class filters for points and boxes; every drop is counted in the results."""
+"""Range and class filters for points and boxes; every drop is counted in the results and reported
+(:func:`fsdlite.utils.drop_report.report_dropped`: a warning the first time, totals in ``dropped_totals``)."""
 import torch
 from mmcv.transforms import BaseTransform
 
 from ...registry import TRANSFORMS
 from ...structures.boxes import limit_period
-from ._fields import add_count, num_classes, select_boxes, select_points
+from ._fields import count_dropped, num_classes, select_boxes, select_points
 
 
 def _checked_range(name, point_cloud_range):
@@ -33,7 +34,8 @@ class PointsRangeFilter(BaseTransform):
         lo = xyz.new_tensor(self.point_cloud_range[:3])
         hi = xyz.new_tensor(self.point_cloud_range[3:])
         keep = ((xyz > lo) & (xyz < hi)).all(dim=1)
-        add_count(results, 'num_points_filtered', int((~keep).sum()))
+        count_dropped(self, results, 'num_points_filtered', int((~keep).sum()), len(keep),
+                      f'points outside point_cloud_range={self.point_cloud_range}')
         return select_points(results, keep)
 
     def __repr__(self):
@@ -58,7 +60,8 @@ class ObjectRangeFilter(BaseTransform):
         boxes = results['gt_bboxes_3d']
         x0, y0, _, x1, y1, _ = self.point_cloud_range
         keep = (boxes[:, 0] > x0) & (boxes[:, 1] > y0) & (boxes[:, 0] < x1) & (boxes[:, 1] < y1)
-        add_count(results, 'num_objects_filtered', int((~keep).sum()))
+        count_dropped(self, results, 'num_objects_filtered', int((~keep).sum()), len(keep),
+                      f'boxes with BEV centre outside point_cloud_range={self.point_cloud_range}')
         select_boxes(results, keep)
         boxes = results['gt_bboxes_3d'].clone()
         boxes[:, 6] = limit_period(boxes[:, 6])
@@ -94,7 +97,8 @@ class ObjectNameFilter(BaseTransform):
         allowed[[names.index(c) for c in self.classes]] = True
         labels = results['gt_labels_3d']
         keep = allowed[labels.clamp(0, len(names))] & (labels >= 0)
-        add_count(results, 'num_objects_filtered', int((~keep).sum()))
+        count_dropped(self, results, 'num_objects_filtered', int((~keep).sum()), len(keep),
+                      f'boxes of classes not in {self.classes}')
         return select_boxes(results, keep)
 
     def __repr__(self):
@@ -120,7 +124,8 @@ class ObjectMinPointsFilter(BaseTransform):
         from ...ops import points_in_boxes_all  # lazy: builds the op on first use only
         counts = points_in_boxes_all(results['points'], results['gt_bboxes_3d']).sum(dim=0)
         keep = counts >= self.min_points
-        add_count(results, 'num_objects_filtered', int((~keep).sum()))
+        count_dropped(self, results, 'num_objects_filtered', int((~keep).sum()), len(keep),
+                      f'boxes with fewer than min_points={self.min_points} points')
         return select_boxes(results, keep)
 
     def __repr__(self):

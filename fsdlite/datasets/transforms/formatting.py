@@ -4,12 +4,14 @@ from mmcv.transforms import BaseTransform
 
 from ...registry import TRANSFORMS
 from ...structures import Det3DDataSample, InstanceData, PointData
+from ._fields import DROP_COUNTERS
 
 DEFAULT_META_KEYS = (
     'sample_idx', 'frame_id', 'lidar_path', 'classes', 'num_classes', 'box_origin', 'num_pts_feats', 'lidar2cam',
     'split', 'num_points_in_gt', 'num_points_filtered', 'num_points_invalid', 'num_objects_filtered',
-    'num_sampled_objects', 'num_points_replaced', 'num_skipped_objects', 'transformation_3d_flow', 'pcd_rotation_angle',
-    'pcd_scale_factor', 'pcd_trans', 'pcd_horizontal_flip', 'pcd_vertical_flip')
+    'num_sampled_objects', 'num_points_replaced', 'num_skipped_objects', 'num_rejected_objects',
+    'num_unavailable_objects', 'transformation_3d_flow', 'pcd_rotation_angle', 'pcd_scale_factor', 'pcd_trans',
+    'pcd_horizontal_flip', 'pcd_vertical_flip')
 
 
 @TRANSFORMS.register_module()
@@ -21,7 +23,8 @@ class Pack3DDetInputs(BaseTransform):
       (empty when the results carry no boxes, e.g. a test split);
     * ``data_samples.gt_pts_seg``: ``pts_semantic_mask`` (N,) int64 (``num_classes`` = background) and
       ``pts_instance_mask`` (N,) int64, when present;
-    * metainfo: every key of ``meta_keys`` found in the results (1-D tensors become lists).
+    * metainfo: every key of ``meta_keys`` found in the results (1-D tensors become lists), and always the
+      drop counters (``_fields.DROP_COUNTERS``) found there, so that no count of dropped data is lost.
 
     Args:
         keys (sequence): which of 'points', 'gt_bboxes_3d', 'gt_labels_3d', 'pts_semantic_mask',
@@ -36,6 +39,7 @@ class Pack3DDetInputs(BaseTransform):
             raise ValueError(f'Pack3DDetInputs: keys must include "points" and come from {self.KNOWN_KEYS}, '
                              f'got {tuple(keys)}')
         self.keys, self.meta_keys = tuple(keys), tuple(meta_keys)
+        self._packed_meta_keys = self.meta_keys + tuple(k for k in DROP_COUNTERS if k not in self.meta_keys)
 
     def transform(self, results):
         points = torch.as_tensor(results['points'], dtype=torch.float32)
@@ -53,7 +57,7 @@ class Pack3DDetInputs(BaseTransform):
                 setattr(seg, key, torch.as_tensor(results[key], dtype=torch.long))
         sample.gt_pts_seg = seg
         meta = {}
-        for key in self.meta_keys:
+        for key in self._packed_meta_keys:
             if key in results:
                 value = results[key]
                 meta[key] = value.tolist() if isinstance(value, torch.Tensor) and value.dim() == 1 else value

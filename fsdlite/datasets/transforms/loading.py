@@ -6,7 +6,7 @@ import torch
 from mmcv.transforms import BaseTransform
 
 from ...registry import TRANSFORMS
-from ._fields import add_count
+from ._fields import count_dropped
 
 
 def load_points(path, load_dim=4, use_dim=4):
@@ -41,7 +41,8 @@ def drop_non_finite(points):
 class LoadPointsFromFile(BaseTransform):
     """Load ``results['lidar_path']`` into ``results['points']`` (N, C) float32.
 
-    Rows with NaN/Inf are removed and counted in ``results['num_points_invalid']``.  Only for results
+    Rows with NaN/Inf are removed, counted in ``results['num_points_invalid']`` and reported (a warning the
+    first time, totals in :attr:`dropped_totals`).  Only for results
     without per-point masks (masks loaded earlier would no longer line up).
 
     Args:
@@ -56,7 +57,8 @@ class LoadPointsFromFile(BaseTransform):
         if 'pts_semantic_mask' in results or 'pts_instance_mask' in results:
             raise ValueError('LoadPointsFromFile: results already carry per-point masks; load points first')
         points, invalid = drop_non_finite(load_points(results['lidar_path'], self.load_dim, self.use_dim))
-        add_count(results, 'num_points_invalid', invalid)
+        count_dropped(self, results, 'num_points_invalid', invalid, len(points) + invalid,
+                      f"points with NaN/Inf values in {str(results['lidar_path'])!r}")
         results['points'] = points
         results['num_pts_feats'] = points.shape[1]
         return results

@@ -6,7 +6,8 @@ from mmcv.transforms import BaseTransform
 from ...registry import TRANSFORMS
 from ...structures.boxes import bev_overlap
 from ..gt_database import GTDatabase
-from ._fields import add_count, select_points
+from fsdlite.utils.drop_report import report_dropped
+from ._fields import count_dropped, select_points
 
 
 def _per_class(name, value, classes):
@@ -31,7 +32,11 @@ class ObjectSample(BaseTransform):
     exists).  Scene points inside the accepted boxes are removed (counted in ``num_points_replaced``);
     the objects' points are appended with their class in ``pts_semantic_mask`` and their new box row in
     ``pts_instance_mask``.  Objects keep their original position (ground heights of frames must agree).
-    ``num_sampled_objects`` records how many were pasted.
+    ``num_sampled_objects`` records how many were pasted, ``num_rejected_objects`` how many drawn objects
+    overlapped and ``num_unavailable_objects`` how many requested objects the database could not supply
+    (its pool of a class is smaller).  Database objects with fewer than ``min_points`` points are never
+    drawn (reported when the transform is built).  Every drop is reported (a warning the first time, totals
+    in :attr:`dropped_totals`).
 
     Args:
         db_path (str): ``.npz`` database.
@@ -51,11 +56,17 @@ class ObjectSample(BaseTransform):
                                                      for l in self.db.labels], dtype=torch.long)
         self.pools = {c: torch.nonzero((self.db.labels == i) & enough).flatten()
                       for i, c in enumerate(self.db.classes)}
+        few = {c: int(((self.db.labels == i) & ~enough).sum()) for i, c in enumerate(self.db.classes)}
+        report_dropped(self, 'database_objects_below_min_points', sum(few.values()),
+                       lambda: f'{sum(few.values())} of {len(self.db)} objects of {db_path!r} have fewer than '
+                               f'min_points={self.min_points} points and are never drawn (per class {few}); '
+                               f'pool sizes {({c: len(p) for c, p in self.pools.items()})}',
+                       in_metainfo=False)
 
     def _draw(self, results):
-        """Candidate database indices, in drawing order."""
+        """Candidate database indices, in drawing order, and the number the pools could not supply."""
         names = results['classes']
-        picks = []
+        picks, unavailable = [], 0
         for name, wanted in self.sample_groups.items():
             if name not in names:
                 raise ValueError(f'ObjectSample: class {name!r} is not a class of the dataset {tuple(names)}')
@@ -63,13 +74,18 @@ class ObjectSample(BaseTransform):
                 wanted -= int((results['gt_labels_3d'] == names.index(name)).sum())
             pool = self.pools[name]
             n = min(max(wanted, 0), len(pool))
+            unavailable += max(wanted, 0) - n
             if n:
                 picks.append(pool[torch.from_numpy(np.random.choice(len(pool), n, replace=False))])
-        return torch.cat(picks) if picks else torch.zeros(0, dtype=torch.long)
+        return (torch.cat(picks) if picks else torch.zeros(0, dtype=torch.long)), unavailable
 
     def transform(self, results):
-        candidates = self._draw(results)
+        candidates, unavailable = self._draw(results)
         results['num_sampled_objects'] = 0
+        results['num_rejected_objects'] = 0
+        count_dropped(self, results, 'num_unavailable_objects', unavailable, unavailable + len(candidates),
+                      'requested objects: the database pools are too small '
+                      f'({({c: len(p) for c, p in self.pools.items()})} objects with >= min_points points)')
         if len(candidates) == 0:
             return results
         boxes = self.db.boxes[candidates]
@@ -81,6 +97,9 @@ class ObjectSample(BaseTransform):
         for i in range(len(boxes)):  # greedy, in drawing order
             if not blocked[i] and not any(bool(mutual[i, j]) for j in accepted):
                 accepted.append(i)
+        count_dropped(self, results, 'num_rejected_objects', len(boxes) - len(accepted), len(boxes),
+                      f'drawn objects: their BEV footprint (margin={self.margin}) overlaps a box of the scene or '
+                      'an object pasted before')
         if not accepted:
             return results
         chosen, new_boxes = candidates[accepted], boxes[accepted]
@@ -94,7 +113,8 @@ class ObjectSample(BaseTransform):
             raise ValueError(f'ObjectSample: database points have {self.db.points.shape[1]} columns but the scene '
                              f'has {points.shape[1]}; build the database with the same point features')
         inside = points_in_boxes(points, new_boxes) >= 0
-        add_count(results, 'num_points_replaced', int(inside.sum()))
+        count_dropped(self, results, 'num_points_replaced', int(inside.sum()), len(inside),
+                      'scene points: they lie inside pasted objects')
         select_points(results, ~inside)
         names = results['classes']
         labels = torch.tensor([names.index(self.db.classes[int(self.db.labels[i])]) for i in chosen],

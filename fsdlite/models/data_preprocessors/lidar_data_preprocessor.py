@@ -1,10 +1,8 @@
 """Collate lidar point clouds and voxelize them with :func:`fsdlite.ops.voxelize`."""
-import logging
-
 import torch
-from mmengine.logging import print_log
 from mmengine.model import BaseDataPreprocessor
 
+from fsdlite.utils.drop_report import report_dropped
 from fsdlite.registry import MODELS
 
 from ..layers.voxel_geometry import voxel_grid
@@ -18,7 +16,8 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
     excluded from the model's input.  Nothing is lost silently: each data sample's metainfo gets
     ``num_points`` (input size), ``num_excluded_points``, ``num_out_of_range_points`` and
     ``num_non_finite_points``; the first batch with exclusions logs a warning, and the running
-    totals are kept in :attr:`num_excluded_total`.  Models predict background for excluded points.
+    totals are kept in :attr:`num_excluded_total` (and ``dropped_totals``, see
+    :func:`fsdlite.utils.drop_report.report_dropped`).  Models predict background for excluded points.
 
     Input ``data`` (from ``pseudo_collate``): ``inputs['points']`` is a list of B tensors (N_i, C)
     (C >= 3: x, y, z, features...; a single (N, C) tensor means B = 1); ``data_samples`` a list of
@@ -51,7 +50,6 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
         self.num_point_features = num_point_features
         self.num_excluded_total = 0
         self.num_points_total = 0
-        self._warned = False
 
     def _points_list(self, points):
         if isinstance(points, torch.Tensor):
@@ -118,14 +116,10 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
         total_excluded = sum(excluded)
         self.num_excluded_total += total_excluded
         self.num_points_total += sum(sizes)
-        if total_excluded and not self._warned:
-            self._warned = True
-            print_log(
-                f'LidarDataPreprocessor: excluded {total_excluded} of {sum(sizes)} points in this batch '
-                f'({total_excluded - sum(non_finite)} outside point_range={list(self.point_range)}, '
-                f'{sum(non_finite)} with NaN/Inf values); they are predicted as background. Per-sample counts '
-                'are in data_sample.metainfo (num_excluded_points ...); this warning is shown once.',
-                logger='current', level=logging.WARNING)
+        report_dropped(self, 'num_excluded_points', total_excluded, lambda: (
+            f'excluded {total_excluded} of {sum(sizes)} points in this batch '
+            f'({total_excluded - sum(non_finite)} outside point_range={list(self.point_range)}, '
+            f'{sum(non_finite)} with NaN/Inf values); they are predicted as background'))
 
 
 __all__ = ['LidarDataPreprocessor']

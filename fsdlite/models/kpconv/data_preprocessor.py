@@ -7,7 +7,10 @@ radius ``r_l = conv_radius * dl_l``: ``neighbors[l]`` (level l within r_l), ``po
 queries in level l within r_l) and ``upsamples[l]`` (the closest level l + 1 point within 2 r_l).
 Neighbour lists are sorted by distance and cut to the level's limit H_l (given, or calibrated on the
 first batch so that ``calibration_quantile`` of the neighbourhoods stay whole); the number of
-truncated neighbourhoods of every batch is reported in :attr:`KPPyramid.truncated`.
+truncated neighbourhoods (and pooling neighbourhoods) of every batch is in :attr:`KPPyramid.truncated`
+(:attr:`KPPyramid.truncated_pools`), per sample and level in ``data_sample.metainfo['num_truncated_neighborhoods']``
+(``['num_truncated_pools']``), and the first truncation is logged as a warning
+(:func:`fsdlite.utils.drop_report.report_dropped`; totals in ``dropped_totals``).
 """
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -16,6 +19,7 @@ import torch
 from mmengine.model import BaseDataPreprocessor
 
 from fsdlite.registry import MODELS
+from fsdlite.utils.drop_report import report_dropped
 
 from .spatial_order import spatial_order
 
@@ -34,6 +38,10 @@ class KPPyramid:
     num_points: List[int]           #: input points per sample
     labels: Optional[torch.Tensor] = None  #: (N_0,) majority labels of level 0 (segmentation)
     truncated: List[int] = field(default_factory=list)  #: truncated neighbourhoods per level
+    truncated_pools: List[int] = field(default_factory=list)  #: truncated pooling neighbourhoods per level
+    #: (B, L) int64 truncated neighbourhoods per sample and level; (B, L - 1) for the pooling ones
+    truncated_per_sample: Optional[torch.Tensor] = None
+    truncated_pools_per_sample: Optional[torch.Tensor] = None
 
     @property
     def num_levels(self):
@@ -96,11 +104,32 @@ class KPDataPreprocessor(BaseDataPreprocessor):
         for i, cloud in enumerate(clouds):
             if cloud.dim() != 2 or cloud.shape[1] < 3:
                 raise ValueError(f'KPDataPreprocessor: inputs.points[{i}] must be (N, 3 + F), got {tuple(cloud.shape)}')
-        return dict(inputs=self.build_pyramid(clouds, self._labels(samples, clouds)), data_samples=samples)
+        pyramid = self.build_pyramid(clouds, self._labels(samples, clouds))
+        self._report(pyramid, samples)
+        return dict(inputs=pyramid, data_samples=samples)
+
+    def _report(self, pyramid, samples):
+        """Per-sample truncation counts into the metainfo; warn the first time neighbourhoods are cut."""
+        if samples is not None:
+            for i, sample in enumerate(samples):
+                sample.set_metainfo(dict(num_truncated_neighborhoods=pyramid.truncated_per_sample[i].tolist(),
+                                         num_truncated_pools=pyramid.truncated_pools_per_sample[i].tolist()))
+        limits = self.neighbor_limits.tolist()
+        for kind, per_level, sizes in (('num_truncated_neighborhoods', pyramid.truncated, pyramid.points),
+                                       ('num_truncated_pools', pyramid.truncated_pools, pyramid.points[1:])):
+            report_dropped(self, kind, sum(per_level), lambda p=per_level, s=sizes, k=kind: (
+                f'{sum(p)} of {sum(len(x) for x in s)} {"pooling " if "pools" in k else ""}neighbourhoods in this '
+                f'batch lost their farthest neighbours (per level {p}): cut to neighbor_limits={limits} '
+                f'(max_neighbors={self.max_neighbors})'))
 
     def _labels(self, samples, clouds):
         """Concatenated per-point labels, or None without labels (e.g. inference on unlabelled clouds)."""
         if not self.with_labels or samples is None or not all('gt_pts_seg' in s for s in samples):
+            labelled = 0 if samples is None else sum('gt_pts_seg' in s for s in samples)
+            if self.with_labels and labelled:
+                report_dropped(self, 'batches_without_labels', 1, lambda: (
+                    f'ignored the labels of a batch where only {labelled} of {len(samples)} samples have '
+                    'gt_pts_seg (labels are read only when all samples have them)'), in_metainfo=False)
             return None
         labels = []
         for i, (sample, cloud) in enumerate(zip(samples, clouds)):
@@ -127,10 +156,11 @@ class KPDataPreprocessor(BaseDataPreprocessor):
         return _ops().radius_neighbors(query, support, radius, width, query_batch, support_batch, return_counts=True)
 
     def _limit(self, level, counts):
+        """H_l, the columns kept at ``level`` (never more than the ``max_neighbors`` searched)."""
         if int(self.neighbor_limits[level]) < 1:  # first batch: calibrate and keep
             limit = _ops().calibrate_neighbor_limit(counts, self.calibration_quantile)
             self.neighbor_limits[level] = min(limit, self.max_neighbors)
-        return int(self.neighbor_limits[level])
+        return min(int(self.neighbor_limits[level]), self.max_neighbors)
 
     def build_pyramid(self, clouds, labels=None):
         """Grid-subsample, then search neighbourhoods level by level (see the module docstring)."""
@@ -147,22 +177,29 @@ class KPDataPreprocessor(BaseDataPreprocessor):
         extra = sub.features[order] if sub.features is not None else xyz.new_zeros((len(order), 0))
         features = self._features(extra, len(order))
         points, batches = [sub.points[order]], [sub.batch[order]]
-        neighbors, pools, upsamples, truncated = [], [], [], []
+        neighbors, pools, upsamples = [], [], []
+        cut, cut_pools = [], []  # per level: (B,) truncated neighbourhoods per sample
         for level in range(self.num_levels):
             radius = self.radius(level)
             index, counts = self._search(points[level], points[level], radius, batches[level], batches[level])
             limit = self._limit(level, counts)
             neighbors.append(index[:, :limit].contiguous())
-            truncated.append(int((counts > limit).sum()))
+            cut.append(torch.bincount(batches[level][counts > limit], minlength=len(clouds)))
             if level + 1 == self.num_levels:
                 break
             nxt = ops.grid_subsample(points[level], 2 * self.first_subsampling_dl * 2 ** level, batches[level])
             points.append(nxt.points)
             batches.append(nxt.batch)
-            pools.append(self._search(points[level + 1], points[level], radius, batches[level + 1], batches[level],
-                                      limit)[0])
+            pool, pool_counts = self._search(points[level + 1], points[level], radius, batches[level + 1],
+                                             batches[level], limit)
+            pools.append(pool)
+            cut_pools.append(torch.bincount(batches[level + 1][pool_counts > limit], minlength=len(clouds)))
             upsamples.append(self._search(points[level], points[level + 1], 2 * radius, batches[level],
                                           batches[level + 1], 1)[0])
         return KPPyramid(points=points, batch=batches, neighbors=neighbors, pools=pools, upsamples=upsamples,
                          features=features, batch_size=len(clouds), cells=rank[sub.cell], num_points=sizes,
-                         labels=sub.labels[order] if sub.labels is not None else None, truncated=truncated)
+                         labels=sub.labels[order] if sub.labels is not None else None,
+                         truncated=[int(c.sum()) for c in cut], truncated_pools=[int(c.sum()) for c in cut_pools],
+                         truncated_per_sample=torch.stack(cut, 1),
+                         truncated_pools_per_sample=torch.stack(cut_pools, 1) if cut_pools else
+                         torch.zeros(len(clouds), 0, dtype=torch.long, device=cat.device))

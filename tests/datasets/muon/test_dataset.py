@@ -47,6 +47,18 @@ def test_bookkeeping_and_baseline(dataset):
     assert torch.isnan(gt.baseline_score).eq(gt.baseline_count == 0).all()
 
 
+def test_lost_muons_are_reported(mm_warnings):
+    ds = MuonVolumeDataset(num_volumes=2, grid_shape=(2, 2, 2), voxel_size=0.25, num_muons=40, seed=1,
+                           simulator=dict(efficiency=0.7))
+    c = ds[0]['data_samples'].muon_counts
+    lost = c['undetected'] + c['poca_outside'] + c['surplus']
+    assert lost > 0 and ds.dropped_totals['muon_counts'] == lost
+    found = [m for m in mm_warnings if f"volume 0 kept 40 of {c['generated']} simulated muons" in m]
+    assert len(found) == 1 and f"{c['undetected']} undetected" in found[0] and "metainfo['muon_counts']" in found[0]
+    ds[1]
+    assert len([m for m in mm_warnings if 'MuonVolumeDataset' in m]) == 1
+
+
 def test_deterministic_by_seed(dataset):
     again = MuonVolumeDataset(num_volumes=3, grid_shape=(4, 3, 2), voxel_size=0.25, num_muons=120, seed=7)
     assert torch.equal(again[2]['inputs']['muon_features'], dataset[2]['inputs']['muon_features'])
