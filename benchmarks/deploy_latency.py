@@ -112,6 +112,7 @@ def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): time every selected model, print the table and the ``RESULT`` line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='fewer repetitions (smoke run)')
     parser.add_argument('--threads', type=int, default=1, help='torch and ONNX Runtime intra-op threads')

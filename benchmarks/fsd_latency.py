@@ -112,6 +112,8 @@ def same_detections(a, b, tol=1e-3):
 
 
 def parse_checkpoints(items):
+    """``--checkpoint`` items ``fsd=PATH`` / ``fsdv2=PATH`` -> dict detector -> path; SystemExit on a bad item
+    or a missing file."""
     out = {}
     for item in items or []:
         key, sep, path = item.partition('=')
@@ -122,6 +124,8 @@ def parse_checkpoints(items):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): time both modes per frame and detector, print the table and the
+    ``RESULT`` line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='KITTI frame only, one timed run')
     parser.add_argument('--repeat', type=int, default=3, help='timed runs per variant (median)')

@@ -98,6 +98,8 @@ def machine_state():
 
 
 def main(argv=None):
+    """Command line (see the module docstring): run every (layer, C, impl) in a fresh process, print the tables,
+    ratios and the ``RESULT`` line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='N = 20k (smoke run)')
     parser.add_argument('--n', type=int, default=None, help='number of points (default 100k, quick 20k)')

@@ -45,6 +45,8 @@ def load_case_modules(only=None):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): time every case of the selected families, print the table and the
+    ``RESULT`` line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='small sizes (smoke run)')
     parser.add_argument('--only', nargs='*', choices=case_families(), metavar='FAMILY',

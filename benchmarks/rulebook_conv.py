@@ -113,6 +113,8 @@ def check_agreement(kind, num_voxels, channels):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): check agreement with spconv, time every variant per configuration,
+    print the table and the ``RESULT`` line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='small sizes (smoke run)')
     parser.add_argument('--threads', type=int, default=torch.get_num_threads())

@@ -57,6 +57,7 @@ FSD_SPEEDUP_TARGET, FSD_AP_DROP_TARGET, FSD_FINETUNE_CPU_MIN = 2.0, 5.0, 15.0
 
 
 def parse_args(argv=None):
+    """Command-line options (argparse namespace)."""
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     for name in FAMILIES:
         p.add_argument(f'--{name}-ckpt', help=f'trained checkpoint of {FAMILIES[name]["config"]}')
@@ -79,6 +80,8 @@ def parse_args(argv=None):
 
 
 def peak_memory(config, ckpt, options):
+    """Peak RSS growth (bytes) of one predict forward of ``config`` with ``ckpt`` in a fresh process; NaN when
+    that run failed."""
     res = h.run_isolated(WORKER, 'forward_work', dict(config=str(config), checkpoint=ckpt, cfg_options=options),
                          threads=1)
     return res['peak_bytes'] if res['ok'] else float('nan')
@@ -151,6 +154,8 @@ def load_weights(model, checkpoint):
 
 
 def metric_of(config, ckpt, work, options, key):
+    """``(metrics.get(key, NaN), metrics)`` of ``ckpt`` on the config's test set
+    (:func:`fsdlite.slim.finetune.evaluate`, work dir ``work``)."""
     from fsdlite.slim.finetune import evaluate
     metrics = evaluate(str(config), ckpt, work, options)
     return metrics.get(key, float('nan')), metrics
@@ -221,10 +226,13 @@ def run_family(name, spec, args, ckpt):
 
 
 def fmt(v, scale=1.0, digits=1):
+    """``v * scale`` with ``digits`` decimals, 'n/a' for None or NaN."""
     return 'n/a' if v is None or v != v else f'{v * scale:.{digits}f}'
 
 
 def main(argv=None):
+    """Command line (see the module docstring): benchmark every family with a checkpoint (all with ``--quick``), print
+    the table and the ``RESULT`` line, write ``slim_benchmark.json`` under ``--out``."""
     args = parse_args(argv)
     all_rows = []
     for name in args.families:

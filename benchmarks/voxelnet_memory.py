@@ -57,6 +57,8 @@ def work(impl, voxels, muons, chunk_rows=1 << 13, seed=0):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): run every (V, M, impl) case in a fresh process, print the table,
+    the ``RESULT`` line and the dense/efficient ratio line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='small sizes')
     parser.add_argument('--threads', type=int, default=None, help='torch threads in each child (default: torch)')

@@ -182,6 +182,8 @@ def nvcc_check(selected=None, archs=DEFAULT_ARCHS, separate=False, nvcc=None):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): build the given families (default all) or, with ``--nvcc-check``,
+    compile-check their CUDA sources; returns the exit code (0 = success)."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('families', nargs='*', help='op families to build (default: all)')
     parser.add_argument('--nvcc-check', action='store_true', help='compile-check the CUDA sources with nvcc')

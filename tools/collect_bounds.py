@@ -70,6 +70,11 @@ def build_model(cfg, checkpoint):
 
 
 def build_dataset(cfg, split):
+    """The dataset of ``cfg.<split>_dataloader.dataset`` (built with fsdlite's DATASETS).
+
+    Raises:
+        ToolError: the config has no such dataloader / dataset.
+    """
     loader = cfg.get(f'{split}_dataloader')
     if not loader or 'dataset' not in loader:
         raise ToolError(f'the config has no {split}_dataloader.dataset to measure')

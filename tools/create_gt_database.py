@@ -43,6 +43,8 @@ def build_database(cfg, num_frames=None, progress=True):
 
 
 def main(argv=None):
+    """Command line (see the module docstring): write ``--out/gt_database.npz`` and print per-class counts; returns 0
+    (exits with status 2 on a bad config)."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='config whose train_dataloader.dataset provides the frames')
     parser.add_argument('--out', type=out_dir, required=True, help='output folder (gt_database.npz is written there)')

@@ -47,6 +47,7 @@ def voted_centres(n, seed=0, batches=2):
 
 
 def lidar_frame(n, seed=0):
+    """(n, 3) float32: ``n`` random points (seed ``seed``, file order kept) of spconv's Waymo-range frame."""
     pc = np.load(WAYMO_PC)['pc']
     sel = np.sort(np.random.default_rng(seed).choice(len(pc), n, replace=False))
     return torch.from_numpy(pc[sel])
@@ -91,6 +92,8 @@ def work(variant, workload, n):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): voted-centre workloads (20k / 60k / 120k) and the 120k-point
+    lidar frame (skipped when absent); ``quick``: 5k voted, 10k lidar."""
     sizes = [('voted', 5_000), ('lidar', 10_000)] if quick else \
         [('voted', 20_000), ('voted', 60_000), ('voted', 120_000), ('lidar', 120_000)]
     if not WAYMO_PC.is_file():

@@ -38,6 +38,8 @@ def _case(size, **kwargs):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): 120k lidar points at 0.1 m and the S3DIS room at 4 cm; ``quick``:
+    20k lidar points only."""
     if quick:
         return [_case('lidar 20k pts, 0.1 m, C=4', workload='lidar', n=20_000, voxel=0.1)]
     return [_case('lidar 120k pts, 0.1 m, C=4', workload='lidar', n=120_000, voxel=0.1),

@@ -53,6 +53,8 @@ def work(variant, op, n):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): ``boxes_iou_bev`` (1k, 5k), ``boxes_iou_bev_aligned``,
+    ``nms_bev`` (1k, 5k), ``batched_nms_bev``; ``quick``: 500-box IoU and NMS."""
     plan = [('boxes_iou_bev', 500), ('nms_bev', 500)] if quick else [
         ('boxes_iou_bev', 1000), ('boxes_iou_bev', 5000), ('boxes_iou_bev_aligned', 5000),
         ('nms_bev', 1000), ('nms_bev', 5000), ('batched_nms_bev', 5000)]

@@ -62,6 +62,8 @@ def _case(size, variants, **kwargs):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): lidar self-kNN (all 120k queries, op only; 4k queries, all
+    variants) and voxel kNN (100 / 1,000 voxels); ``quick``: 20k lidar points, 20 voxels."""
     all3 = ('fsdlite', 'reference', 'cdist+topk')
     if quick:
         return [_case('lidar 20k pts, 1k queries, k=16', all3, workload='lidar', k=16, n=20_000, queries=1_000),

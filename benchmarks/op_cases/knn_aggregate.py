@@ -39,5 +39,7 @@ def work(variant, rows, k, width):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): forward + backward at ``SIZES_FULL`` (Nq, k, F); ``quick``:
+    ``SIZES_QUICK``."""
     return [case('knn_aggregate fwd+bwd', f'Nq={rows} k={k} F={width}', work, ('reference', 'fsdlite'), 'reference',
                  rows=rows, k=k, width=width) for rows, k, width in (SIZES_QUICK if quick else SIZES_FULL)]

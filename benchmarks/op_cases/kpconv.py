@@ -51,6 +51,8 @@ def make_work(kind, variant, n, channels):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): ``kpconv`` and ``kp_aggregate``, N = 50k, C = 64 and 128;
+    ``quick``: N = 5k, C = 32."""
     n = 5_000 if quick else 50_000
     return [case(kind, f'N={n} H=30 K={KERNEL_SIZE} C={channels}', make_work, ('reference', 'fused'), 'reference',
                  kind=kind, n=n, channels=channels)

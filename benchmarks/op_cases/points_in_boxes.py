@@ -34,6 +34,8 @@ def variant(variant, num_points, num_boxes, batches):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): 120k points, 1 sample x 50 boxes and 5 samples x 10 boxes;
+    ``quick``: 12k points."""
     n = 12_000 if quick else 120_000
     return [case('points_in_boxes', f'{n // 1000}k pts x {batches}x{50 // batches} boxes', variant,
                  ('fsdlite.ops', 'torch reference'), 'torch reference', num_points=n, num_boxes=50 // batches,

@@ -46,6 +46,8 @@ def _case(size, variants, **kwargs):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): 100k points with all queries (op only; the size string has
+    neighbour stats) and with 5k queries; ``quick``: 20k points, 1k queries."""
     both = ('fsdlite', 'reference')
     if quick:
         return [_case(f'KPConv 20k pts, 1k queries, r={RADIUS}, H={LIMIT}', both, n=20_000, queries=1_000)]

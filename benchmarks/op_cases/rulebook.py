@@ -80,6 +80,8 @@ def work(variant, op, num_voxels):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): ``rulebook_subm`` / ``_conv`` / ``_inverse`` / ``_pairs`` on the
+    whole voxel set (:func:`voxel_set`); ``quick``: its 5k voxels nearest the sensor."""
     num_voxels = 5_000 if quick else None
     size = f'V={num_voxels or 125_562}'
     return [case(f'rulebook_{op}', size + (' k3' if op in ('subm', 'pairs') else ' k3 s2 p1'), work, variants,

@@ -40,6 +40,8 @@ def _csr_work(variant, rows, width, segments):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): ``scatter_max`` (1-D and (B, E) index) and ``segment_csr`` sum,
+    1M rows into 200k segments; ``quick``: 5k rows, 1k segments."""
     rows, width, segments = (5_000, 16, 1_000) if quick else (1_000_000, 16, 200_000)
     size = f'N={rows} F={width} S={segments}'
     out = []

@@ -15,6 +15,7 @@ MODES = {'sum': 'sum', 'mean': 'mean', 'max': 'amax'}
 
 
 def inputs(rows, width, segments, requires_grad=False, seed=0):
+    """Seeded ``(src (rows, width) float32, index (rows,) int64 in [0, segments))``."""
     g = torch.Generator().manual_seed(seed)
     src = torch.randn(rows, width, generator=g).requires_grad_(requires_grad)
     return src, torch.randint(0, segments, (rows,), generator=g)
@@ -46,6 +47,8 @@ def work(variant, reduce, rows, width, segments, backward=False):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): sum, mean, max forward and max forward + backward, 1M rows into
+    200k segments; ``quick``: 5k rows, 1k segments."""
     rows, width, segments = (5_000, 16, 1_000) if quick else (1_000_000, 16, 200_000)
     variants = ('reference', 'scatter_reduce', 'fsdlite')
     return [case(f'segment_reduce {reduce}{" fwd+bwd" if backward else ""}', f'N={rows} F={width} S={segments}', work,

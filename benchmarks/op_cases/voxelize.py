@@ -45,6 +45,8 @@ def work(variant, num_points, shuffled=False):
 
 
 def cases(quick):
+    """Benchmark cases (see ``benchmarks/ops.py``): 1M-point sweep in scan order and shuffled; ``quick``: one
+    5k-point sweep."""
     return [case('voxelize', f'N={num_points}{" shuffled" if shuffled else ""}', work, ('reference', 'fsdlite'),
                  'reference', measure_memory=not shuffled, num_points=num_points, shuffled=shuffled)
             for num_points, shuffled in ([(5_000, False)] if quick else [(1_000_000, False), (1_000_000, True)])]

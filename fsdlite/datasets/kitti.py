@@ -55,6 +55,8 @@ class KittiDataset(LidarDetDataset):
 
     # ---------------------------------------------------------------------------------- data list
     def load_data_list(self):
+        """One dict per frame: ``lidar_path``, ``lidar2cam`` and the kept objects as ``gt_bboxes_3d`` (M, 7),
+        ``gt_labels_3d`` (M,) and ``num_objects_filtered``; logs the dropped object types once."""
         if str(self.ann_file).endswith('.pkl'):
             frames = read_info_pkl(self.ann_file)
             for f in frames:
@@ -104,6 +106,12 @@ class KittiDataset(LidarDetDataset):
 
     # ---------------------------------------------------------------------------------- samples
     def load_sample(self, info):
+        """Load the frame's points (non-finite rows dropped and reported) and derive the per-point masks.
+
+        Returns:
+            dict: ``points`` (N, C) float32, ``pts_semantic_mask`` (N,) int64 (``len(classes)`` = background),
+            ``pts_instance_mask`` (N,) int64 (-1 = no box), ``num_points_in_gt`` (M,) and ``num_points_invalid`` (int).
+        """
         from ..ops import points_in_boxes, points_in_boxes_all  # lazy: builds the op on first use only
         points, invalid = drop_non_finite(load_points(info['lidar_path'], self.load_dim, self.use_dim))
         report_dropped(self, 'num_points_invalid', invalid, lambda: f'dropped {invalid} of {len(points) + invalid} '

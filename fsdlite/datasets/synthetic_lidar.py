@@ -74,6 +74,7 @@ class SyntheticLidarDataset(LidarDetDataset):
         self.scene = scene_spec(self.classes, scene)
 
     def load_data_list(self):
+        """``num_frames`` entries ``dict(frame_index=i)``; frames are generated in :meth:`load_sample`."""
         return [dict(frame_index=i) for i in range(self.num_frames)]
 
     def generate(self, frame_index):
@@ -82,6 +83,12 @@ class SyntheticLidarDataset(LidarDetDataset):
         return render_frame(rng, self.scene, self.lidar, self.noise)
 
     def load_sample(self, info):
+        """Render (or take from the cache) frame ``info['frame_index']``.
+
+        Returns:
+            dict: the arrays of :func:`render_frame` (copies, without ``clutter_bboxes_3d``) plus
+            ``num_points_in_gt`` (M,) int64 and ``split``; skipped objects are reported.
+        """
         key = info['frame_index']
         if self._cache is not None and key in self._cache:
             frame = self._cache[key]

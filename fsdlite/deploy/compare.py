@@ -20,6 +20,7 @@ class OutputDiff(NamedTuple):
 
     @property
     def ok(self):
+        """True when no tolerance is set or ``max_abs <= tolerance``."""
         return self.tolerance is None or self.max_abs <= self.tolerance
 
 

@@ -67,6 +67,7 @@ class DetectorGraph(GraphModule):
         self.output_names = list(output_names)
 
     def forward(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs):
+        """The detector's ``forward_static`` (non-strict: overflow truncated), outputs in ``output_names`` order."""
         out = self.model.forward_static(points, batch, num_points, point2voxel, voxel_coors, num_voxels, list(nbrs),
                                         self.batch_size, strict=False)
         out['box_batch'] = out['batch']
@@ -93,10 +94,12 @@ class DetectorAdapter(DeployAdapter):
     # ------------------------------------------------------------------ building
     @classmethod
     def prepare_config(cls, model_cfg, bounds):
+        """``model_cfg`` with ``static=True`` and ``bounds``."""
         return dict(model_cfg, static=True, bounds=dict(bounds))
 
     @classmethod
     def config_bounds(cls, cfg):
+        """``cfg.model.bounds`` as a plain dict, or None when the config has none."""
         bounds = cfg.model.get('bounds')
         return None if bounds is None else plain_config(bounds)
 
@@ -130,6 +133,7 @@ class DetectorAdapter(DeployAdapter):
         return self._num_maps
 
     def input_meanings(self):
+        """:data:`FIXED_INPUTS` plus one ``nbr_XX`` per first-stage rulebook (neighbour map or pair list)."""
         if self.model.uses_pair_lists():
             meaning = ('(3, P) int64 pair list of sparse conv #{i} of the first-stage UNet (execution order): input '
                        'row (V_in = dump), output row (V_out = dump) and kernel offset of each pair, grouped by '
@@ -142,18 +146,22 @@ class DetectorAdapter(DeployAdapter):
         return dict(FIXED_INPUTS, **maps)
 
     def output_meanings(self):
+        """:data:`OUTPUTS`, without ``instance_labels`` unless the box head has ``class_given`` (per-class groups)."""
         names = list(OUTPUTS)
         if not getattr(self.model.bbox_head, 'class_given', True):
             names.remove('instance_labels')
         return {k: OUTPUTS[k] for k in names}
 
     def graph_module(self):
+        """A :class:`DetectorGraph` returning :meth:`output_meanings` in order."""
         return DetectorGraph(self.model, self.batch_size, self.output_meanings())
 
     def dropped_names(self):
+        """The model's in-graph bound names (``model.graph_bound_names()``)."""
         return list(self.model.graph_bound_names())
 
     def outside_graph(self):
+        """Voxel hashing, padding and first-stage rulebooks before; rotated BEV NMS after."""
         return dict(
             pre_ops=['LidarDataPreprocessor: range/NaN filter and voxel hashing (fsdlite.ops.voxelize)',
                      'pad points to max_points and voxels to max_voxels[0] (dump slots; overflow truncated and '
@@ -199,6 +207,8 @@ class DetectorAdapter(DeployAdapter):
         return all(n <= b for n, b in zip(pairs, bounds['max_pairs']))
 
     def pre_ops(self, data):
+        """Static inputs of a batch: :data:`FIXED_INPUTS` and ``nbr_XX`` maps; context ``num_points``; drops per
+        pre-op bound."""
         prepared = self.prepare_input(data)
         with torch.no_grad():
             si = self.model.static_inputs(prepared.inputs, strict=False, maps=prepared.maps)
@@ -209,6 +219,7 @@ class DetectorAdapter(DeployAdapter):
         return PreOpsResult(dict(zip(names, tensors)), dict(num_points=int(si.num_points)), dropped)
 
     def post_ops(self, outputs, pre):
+        """The ``num_boxes`` valid boxes after the box head's NMS: one data sample per batch entry."""
         n = int(outputs['num_boxes'])
         boxes, scores, labels, batch = (outputs[k][:n] for k in ('boxes', 'scores', 'labels', 'box_batch'))
         labels, batch = labels.long(), batch.long()
@@ -222,6 +233,8 @@ class DetectorAdapter(DeployAdapter):
             return self.model(inputs, mode='predict')
 
     def compare_outputs(self, deployed, reference, pre):
+        """Boxes + scores matched by nearest row per (label, sample) (or ``num_boxes`` when counts differ),
+        ``seg_logits`` on valid points, instance outputs on valid instances, the rest exactly."""
         rows = []
         n_box = int(reference['num_boxes'])
         n_inst = int(reference['num_instances'])
@@ -248,6 +261,7 @@ class DetectorAdapter(DeployAdapter):
         return rows
 
     def compare_results(self, deployed, reference):
+        """:func:`~fsdlite.deploy.compare.match_detections` within :data:`TOLERANCE`."""
         return match_detections(deployed, reference, atol=TOLERANCE)
 
 

@@ -44,6 +44,7 @@ class GraphSummary(NamedTuple):
 
     @property
     def ok(self):
+        """True when no problems were found."""
         return not self.problems
 
 

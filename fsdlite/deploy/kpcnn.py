@@ -25,6 +25,7 @@ class KPCNNGraph(GraphModule):
         self.levels, self.batch_size = int(levels), int(batch_size)
 
     def forward(self, features, *flat):
+        """Encoder on the padded pyramid, per-sample mean of the last level, head: ``(logits (B, classes),)``."""
         n = self.levels
         points, neighbors, pools = list(flat[:n]), list(flat[n:2 * n]), list(flat[2 * n:3 * n - 1])
         batch_last = flat[-1]
@@ -45,6 +46,7 @@ class KPCNNAdapter(KPFCNNAdapter):
     """
 
     def input_meanings(self):
+        """The KPFCNN inputs without ``upsamples_l*``, plus ``batch_last``."""
         meanings = {k: v for k, v in super().input_meanings().items() if not k.startswith('upsamples_')}
         last = self.bounds['max_points'][-1]
         meanings['batch_last'] = (f'({last},) int64 sample of each level-{self.levels - 1} point, '
@@ -52,12 +54,15 @@ class KPCNNAdapter(KPFCNNAdapter):
         return meanings
 
     def output_meanings(self):
+        """``logits`` (B, classes) per sample."""
         return {'logits': f'({self.batch_size}, {self.model.num_classes}) float32 class logits per sample'}
 
     def graph_module(self):
+        """A :class:`KPCNNGraph`."""
         return KPCNNGraph(self.model, self.levels, self.batch_size)
 
     def outside_graph(self):
+        """Padded pyramid and last-level sample ids before; softmax and argmax after."""
         return dict(
             pre_ops=['KPDataPreprocessor pyramid: grid_subsample per level, Morton order, radius_neighbors for '
                      'neighbours / pools cut to the calibrated limits (fsdlite.ops)',
@@ -66,6 +71,7 @@ class KPCNNAdapter(KPFCNNAdapter):
             post_ops=['softmax; label = argmax per sample'])
 
     def pre_ops(self, data):
+        """The padded pyramid without upsampling indices, plus ``batch_last`` (max_points[-1],) (dump = B)."""
         pyr, inputs, kept, dropped = self.padded_pyramid(data)
         inputs = {k: v for k, v in inputs.items() if not k.startswith('upsamples_')}
         last, cap = self.levels - 1, self.bounds['max_points'][-1]
@@ -75,6 +81,7 @@ class KPCNNAdapter(KPFCNNAdapter):
         return PreOpsResult(inputs, dict(num_valid=kept[0]), dropped)
 
     def post_ops(self, outputs, pre):
+        """One data sample per batch entry with ``pred_scores`` (classes,) (softmax) and ``pred_label``."""
         scores = torch.softmax(outputs['logits'].float(), 1)
         samples = [Det3DDataSample() for _ in range(self.batch_size)]
         for sample, score in zip(samples, scores):
@@ -83,9 +90,11 @@ class KPCNNAdapter(KPFCNNAdapter):
         return samples
 
     def compare_outputs(self, deployed, reference, pre):
+        """``logits`` (B, classes) within :data:`TOLERANCE`."""
         return [tensor_diff('logits', deployed['logits'], reference['logits'], TOLERANCE)]
 
     def compare_results(self, deployed, reference):
+        """:func:`~fsdlite.deploy.compare.match_class_labels` within :data:`TOLERANCE`."""
         return match_class_labels(deployed, reference, atol=TOLERANCE)
 
 

@@ -39,6 +39,7 @@ class KPFCNNGraph(GraphModule):
         self.levels = int(levels)
 
     def forward(self, features, *flat):
+        """``(self.model.logits(pyramid),)`` on the pyramid rebuilt from the flat inputs."""
         n = self.levels
         points, neighbors = list(flat[:n]), list(flat[n:2 * n])
         pools, upsamples = list(flat[2 * n:3 * n - 1]), list(flat[3 * n - 1:])
@@ -107,14 +108,17 @@ class KPFCNNAdapter(DeployAdapter):
         return limits
 
     def host_state(self):
+        """``dict(neighbor_limits=[H_0, ..., H_{L-1}])`` (:meth:`limits`)."""
         return dict(neighbor_limits=self.limits())
 
     def load_host_state(self, state):
+        """Copy ``state['neighbor_limits']`` (when present) into the data preprocessor."""
         limits = state.get('neighbor_limits')
         if limits is not None:
             self.model.data_preprocessor.neighbor_limits.copy_(torch.tensor(limits, dtype=torch.long))
 
     def input_meanings(self):
+        """``features``, then per level ``points_l*``, ``neighbors_l*``, ``pools_l*``, ``upsamples_l*``."""
         caps, limits = self.bounds['max_points'], self.limits()
         feats = self.model.backbone.in_channels
         out = {'features': f'({caps[0]}, {feats}) float32 level-0 input features (padding rows 0)'}
@@ -132,10 +136,12 @@ class KPFCNNAdapter(DeployAdapter):
         return out
 
     def output_meanings(self):
+        """``logits`` (max_points[0], classes) of the padded level-0 points."""
         return {'logits': f'({self.bounds["max_points"][0]}, {self.model.num_classes}) float32 class logits of the '
                           'level-0 points (rows >= the valid level-0 count are padding)'}
 
     def graph_module(self):
+        """A :class:`KPFCNNGraph`."""
         return KPFCNNGraph(self.model, self.levels)
 
     def export_context(self):
@@ -154,6 +160,7 @@ class KPFCNNAdapter(DeployAdapter):
         return export_impl()
 
     def outside_graph(self):
+        """Padded neighbour pyramid before; softmax, projection to the input points and split after."""
         return dict(
             pre_ops=['KPDataPreprocessor pyramid: grid_subsample per level, Morton order, radius_neighbors for '
                      'neighbours / pools / upsamples cut to the calibrated limits (fsdlite.ops)',
@@ -192,11 +199,14 @@ class KPFCNNAdapter(DeployAdapter):
         return pyr, inputs, kept, dropped
 
     def pre_ops(self, data):
+        """Inputs of :meth:`padded_pyramid`; context ``cells``, ``num_points`` (per sample) and ``num_valid``."""
         pyr, inputs, kept, dropped = self.padded_pyramid(data)
         context = dict(cells=pyr.cells, num_points=list(pyr.num_points), num_valid=kept[0])
         return PreOpsResult(inputs, context, dropped)
 
     def post_ops(self, outputs, pre):
+        """Per sample ``pred_pts_seg`` with ``pts_scores`` (N_i, C) and ``pts_semantic_mask`` (N_i,) for every
+        input point (points of level-0 cells beyond the bound get uniform scores)."""
         ctx = pre.context
         logits = outputs['logits'][:ctx['num_valid']]
         probs = torch.softmax(logits.float(), 1)
@@ -214,10 +224,12 @@ class KPFCNNAdapter(DeployAdapter):
             return self.model(pyr, mode='predict')
 
     def compare_outputs(self, deployed, reference, pre):
+        """``logits`` on the valid level-0 rows within :data:`TOLERANCE`."""
         n = pre.context['num_valid']
         return [tensor_diff('logits', deployed['logits'][:n], reference['logits'][:n], TOLERANCE, 'valid level-0 rows')]
 
     def compare_results(self, deployed, reference):
+        """:func:`~fsdlite.deploy.compare.match_point_labels` within :data:`TOLERANCE`."""
         return match_point_labels(deployed, reference, atol=TOLERANCE)
 
 

@@ -20,6 +20,7 @@ class VoxelNetGraph(GraphModule):
     """``forward(muon_features (B, V, M, F), voxel_centres (B, V, 3))`` -> ``(head output,)``."""
 
     def forward(self, muon_features, voxel_centres):
+        """The model's ``mode='tensor'`` output: log-probabilities (B, V, C) or log X0 (B, V)."""
         return (self.model(dict(muon_features=muon_features, voxel_centres=voxel_centres), mode='tensor'),)
 
 
@@ -66,24 +67,33 @@ class VoxelNetAdapter(DeployAdapter):
                 self.model.input_norm.num_features)
 
     def input_meanings(self):
+        """``muon_features`` (B, V, M, F) and ``voxel_centres`` (B, V, 3)."""
         b, v, m, f = self.shape()
         return {'muon_features': f'({b}, {v}, {m}, {f}) float32 features of M muons per voxel',
                 'voxel_centres': f'({b}, {v}, 3) float32 voxel centres (m)'}
 
     def output_meanings(self):
+        """``log_probs`` (B, V, classes) or ``log_x0`` (B, V), depending on the head."""
         b, v = self.shape()[:2]
         if self.output_name == 'log_probs':
             return {'log_probs': f'({b}, {v}, {self.model.head.num_classes}) float32 class log-probabilities per voxel'}
         return {'log_x0': f'({b}, {v}) float32 predicted log X0 (m) per voxel'}
 
     def graph_module(self):
+        """A :class:`VoxelNetGraph`."""
         return VoxelNetGraph(self.model)
 
     def outside_graph(self):
+        """Stacking and checks before; the head's ``predict`` after."""
         return dict(pre_ops=['stack volumes into (B, V, M, F) / (B, V, 3); check shape and finiteness'],
                     post_ops=['per-voxel class argmax and probabilities (or log X0), as VoxelNet.predict'])
 
     def pre_ops(self, data):
+        """Preprocessed float32 inputs, no context, no drops.
+
+        Raises:
+            ValueError: the shape differs from :meth:`shape` or a value is not finite.
+        """
         inputs = self.model.data_preprocessor(dict(inputs=dict(data)), False)['inputs']
         feats, centres = inputs['muon_features'].float(), inputs['voxel_centres'].float()
         expected = self.shape()
@@ -103,6 +113,7 @@ class VoxelNetAdapter(DeployAdapter):
         return samples
 
     def post_ops(self, outputs, pre):
+        """Data samples with ``pred_pts_seg`` from ``model.head.predict`` of the graph output."""
         return self._samples(outputs[self.output_name])
 
     def reference(self, data):
@@ -112,9 +123,11 @@ class VoxelNetAdapter(DeployAdapter):
             return self._samples(self.model(inputs, mode='tensor'))
 
     def compare_outputs(self, deployed, reference, pre):
+        """The single output within :data:`TOLERANCE`."""
         return [tensor_diff(self.output_name, deployed[self.output_name], reference[self.output_name], TOLERANCE)]
 
     def compare_results(self, deployed, reference):
+        """Per-voxel labels (:func:`match_point_labels`) or the largest log X0 difference, within :data:`TOLERANCE`."""
         if self.output_name == 'log_probs':
             return match_point_labels(deployed, reference, atol=TOLERANCE)
         diff = max(tensor_diff('log_x0', a.pred_pts_seg.log_x0, b.pred_pts_seg.log_x0).max_abs

@@ -43,6 +43,11 @@ class FSDWarmupHook(Hook):
         self.buffer_iter = int(buffer_iter)
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
+        """Update ``model.runtime_info`` with :func:`warmup_state` at ``runner.iter``.
+
+        Raises:
+            TypeError: the (unwrapped) model has no ``runtime_info``.
+        """
         model = runner.model.module if is_model_wrapper(runner.model) else runner.model
         if not hasattr(model, 'runtime_info'):
             raise TypeError(f'FSDWarmupHook: the model {type(model).__name__} has no runtime_info '

@@ -81,6 +81,7 @@ def _moved_layers(added, removed, shapes, base_shapes):
 
 
 def path_name_value(name, value):
+    """``'name=value'`` (value as ``repr``) for error messages."""
     return f'{name}={value!r}'
 
 

@@ -35,6 +35,11 @@ class SlimRequest:
     divisor: int = 1
 
     def validate(self):
+        """Check the ratios (in (0, 1]) and ``divisor`` (positive int); returns ``self``.
+
+        Raises:
+            SlimError: a ratio or the divisor is out of range.
+        """
         for name, r in [('--width', self.width)] + [(f'--keep-ratio-per-stage {k}', v) for k, v in self.ratios.items()]:
             if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or not 0 < r <= 1:
                 raise SlimError(f'{name}={r!r}: expected a ratio of kept channels in (0, 1]')
@@ -43,6 +48,7 @@ class SlimRequest:
         return self
 
     def ratio_for(self, name):
+        """Width ratio of the entry ``name``: that of the longest matching ``ratios`` prefix, else ``width``."""
         best = None
         for prefix in self.ratios:
             if name == prefix or name.startswith(prefix + '.'):

@@ -33,6 +33,7 @@ class Entry:
 
     @property
     def name(self):
+        """Dotted name of :attr:`path` (:func:`path_name`)."""
         return path_name(self.path)
 
 
@@ -56,6 +57,7 @@ def iter_ints(node, prefix=()):
 
 
 def get_path(node, path):
+    """The value at ``path`` (sequence of keys / indices) inside ``node``; KeyError / IndexError if absent."""
     for p in path:
         node = node[p]
     return node

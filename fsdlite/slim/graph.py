@@ -26,6 +26,7 @@ class Dim:
 
     @property
     def size(self):
+        """Number of columns (channels) of the axis."""
         return len(self.units)
 
     @property
@@ -113,6 +114,7 @@ class ChannelGraph:
         return cls(dims, frozen, unexercised, dict(tracer.conservative))
 
     def dim_of(self, leaf, role):
+        """The first dim of layer ``leaf`` with role ``role``, or None."""
         for d in self.dims:
             if d.leaf == leaf and d.role == role:
                 return d

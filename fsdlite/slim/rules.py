@@ -60,6 +60,7 @@ def register_op_rule(name, rule):
 
 
 def is_float(t):
+    """True for a floating-point or complex tensor (the tensors that carry labels)."""
     return isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
 
 
@@ -76,10 +77,12 @@ def bind(func, args, kwargs):
 
 
 def flat_outputs(out):
+    """An op's output as a list (tuple / list outputs unpacked, a single output wrapped)."""
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def float_args(args, kwargs):
+    """The float tensors among positional and keyword arguments (one level of lists / tuples unpacked)."""
     items = list(args) + list(kwargs.values())
     flat = []
     for a in items:
@@ -162,6 +165,8 @@ def _reduce(tracer, label, dims, keepdim):
 
 
 def reduction(tracer, func, args, kwargs, out):
+    """Reduction rule: union of the labels along the reduced dims (all when ``dim`` is unset or empty), emptied
+    for a full channel reduction; inputs that are not float or have no label are skipped."""
     b = bind(func, args, kwargs)
     src = b.get('self', b.get('input'))
     if not is_float(src):
@@ -245,6 +250,8 @@ def accumulate(tracer, func, args, kwargs, out):
 
 
 def index_put(tracer, func, args, kwargs, out):
+    """``index_put``: as :func:`movement` unless ``accumulate=True``, then the value labels are united into the
+    destination positions."""
     b = bind(func, args, kwargs)
     if not b.get('accumulate', False):
         return movement(tracer, func, args, kwargs, out)

@@ -78,6 +78,11 @@ class ChannelTracer(TorchDispatchMode):
         return lab
 
     def set_label(self, t, lab):
+        """Attach label tensor ``lab`` (same shape, int64; None: zeros = no channel) to ``t``.
+
+        Raises:
+            TraceError: the shapes differ.
+        """
         if lab is None:
             lab = torch.zeros(t.shape, dtype=torch.int64)
         if tuple(lab.shape) != tuple(t.shape):
@@ -117,6 +122,7 @@ class ChannelTracer(TorchDispatchMode):
         return torch.tensor(labels, dtype=torch.int64).view(shape).expand(t.shape).contiguous()
 
     def pre_hook(self, rec):
+        """Pre-hook of layer ``rec``: notes whether it runs inside an opaque layer; opaque specs pause tracing."""
         def hook(module, args, kwargs):
             nested = self.paused > 0
             self._stack.append(nested)
@@ -125,6 +131,7 @@ class ChannelTracer(TorchDispatchMode):
         return hook
 
     def post_hook(self, rec):
+        """Hook of layer ``rec``: labels the call's input / output channels (skipped inside an opaque layer)."""
         def hook(module, args, kwargs, output):
             if rec.spec.opaque:
                 self.paused -= 1
@@ -217,6 +224,7 @@ class ChannelTracer(TorchDispatchMode):
                 self.collect_outputs(v, seen)
 
     def detach(self, handles):
+        """Remove the hook ``handles`` and the labels attached to parameters and buffers."""
         for h in handles:
             h.remove()
         for t in self._labelled:

@@ -43,6 +43,7 @@ class GlobalRotScaleTrans(BaseTransform):
         self.translation_std = std
 
     def transform(self, results):
+        """Draw an angle, scale and shift; apply them to ``points`` and ``gt_bboxes_3d`` and record them."""
         angle = float(np.random.uniform(*self.rot_range))
         scale = float(np.random.uniform(*self.scale_ratio_range))
         shift = np.random.normal(scale=self.translation_std, size=3) if any(self.translation_std) else np.zeros(3)
@@ -83,6 +84,7 @@ class RandomFlip3D(BaseTransform):
         self.ratios = dict(horizontal=float(flip_ratio_bev_horizontal), vertical=float(flip_ratio_bev_vertical))
 
     def transform(self, results):
+        """Flip ``points`` / ``gt_bboxes_3d`` per direction with its probability; sets ``pcd_*_flip``."""
         for direction, ratio in self.ratios.items():
             flip = bool(np.random.rand() < ratio) if ratio > 0 else False
             results[f'pcd_{direction}_flip'] = flip
@@ -105,5 +107,6 @@ class PointShuffle(BaseTransform):
     """Randomly permute the points (and every per-point mask with them)."""
 
     def transform(self, results):
+        """Apply one random permutation to ``points`` and the per-point masks."""
         perm = torch.from_numpy(np.random.permutation(len(results['points'])))
         return select_points(results, perm)

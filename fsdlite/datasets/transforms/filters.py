@@ -30,6 +30,7 @@ class PointsRangeFilter(BaseTransform):
         self.point_cloud_range = _checked_range('PointsRangeFilter', point_cloud_range)
 
     def transform(self, results):
+        """Drop points (and their mask rows) outside the range; counts them in ``num_points_filtered``."""
         xyz = results['points'][:, :3]
         lo = xyz.new_tensor(self.point_cloud_range[:3])
         hi = xyz.new_tensor(self.point_cloud_range[3:])
@@ -57,6 +58,7 @@ class ObjectRangeFilter(BaseTransform):
         self.point_cloud_range = _checked_range('ObjectRangeFilter', point_cloud_range)
 
     def transform(self, results):
+        """Drop boxes whose BEV centre is outside the range and wrap the kept yaws to [-pi, pi)."""
         boxes = results['gt_bboxes_3d']
         x0, y0, _, x1, y1, _ = self.point_cloud_range
         keep = (boxes[:, 0] > x0) & (boxes[:, 1] > y0) & (boxes[:, 0] < x1) & (boxes[:, 1] < y1)
@@ -89,6 +91,7 @@ class ObjectNameFilter(BaseTransform):
         self.classes = tuple(classes)
 
     def transform(self, results):
+        """Drop boxes whose class is not in ``classes``; raises ValueError for a class the dataset lacks."""
         names = results['classes']
         unknown = [c for c in self.classes if c not in names]
         if unknown:
@@ -121,6 +124,7 @@ class ObjectMinPointsFilter(BaseTransform):
         self.min_points = min_points
 
     def transform(self, results):
+        """Drop boxes holding fewer than ``min_points`` of ``results['points']``."""
         from ...ops import points_in_boxes_all  # lazy: builds the op on first use only
         counts = points_in_boxes_all(results['points'], results['gt_bboxes_3d']).sum(dim=0)
         keep = counts >= self.min_points

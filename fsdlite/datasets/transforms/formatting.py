@@ -42,6 +42,7 @@ class Pack3DDetInputs(BaseTransform):
         self._packed_meta_keys = self.meta_keys + tuple(k for k in DROP_COUNTERS if k not in self.meta_keys)
 
     def transform(self, results):
+        """Pack the results into ``dict(inputs=dict(points=(N, C) float32), data_samples=Det3DDataSample)``."""
         points = torch.as_tensor(results['points'], dtype=torch.float32)
         sample = Det3DDataSample()
         gt = InstanceData()

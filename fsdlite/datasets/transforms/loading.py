@@ -54,6 +54,11 @@ class LoadPointsFromFile(BaseTransform):
         self.load_dim, self.use_dim = int(load_dim), use_dim
 
     def transform(self, results):
+        """Set ``points`` (N, C) float32 (finite rows only), ``num_pts_feats`` and ``num_points_invalid``.
+
+        Raises:
+            ValueError: the results already carry per-point masks.
+        """
         if 'pts_semantic_mask' in results or 'pts_instance_mask' in results:
             raise ValueError('LoadPointsFromFile: results already carry per-point masks; load points first')
         points, invalid = drop_non_finite(load_points(results['lidar_path'], self.load_dim, self.use_dim))

@@ -80,6 +80,11 @@ class ObjectSample(BaseTransform):
         return (torch.cat(picks) if picks else torch.zeros(0, dtype=torch.long)), unavailable
 
     def transform(self, results):
+        """Draw database objects, reject overlapping ones and paste the accepted ones into the results.
+
+        Sets ``num_sampled_objects``, ``num_rejected_objects`` and ``num_unavailable_objects``; appends to the
+        per-point keys and to ``gt_bboxes_3d`` / ``gt_labels_3d`` / ``num_points_in_gt``.
+        """
         candidates, unavailable = self._draw(results)
         results['num_sampled_objects'] = 0
         results['num_rejected_objects'] = 0

@@ -44,6 +44,11 @@ class ClsMetric(ClassNamesMixin, BaseMetric):
             self.results.append((_label(sample, 'gt_label', i), _label(sample, 'pred_label', i)))
 
     def compute_metrics(self, results):
+        """``acc``, ``mAcc`` and ``acc_<class>`` from the (gt, pred) pairs; logs the confusion table.
+
+        Raises:
+            ValueError: a label outside ``[0, len(classes))``.
+        """
         names = self.classes
         k = len(names)
         pairs = np.asarray(results, dtype=np.int64).reshape(-1, 2)

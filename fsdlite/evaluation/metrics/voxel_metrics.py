@@ -109,6 +109,7 @@ class VoxelMaterialMetric(BaseMetric):
 
     @property
     def classes(self):
+        """Material names (``classes`` argument, else ``dataset_meta['classes']``); ValueError if none."""
         classes = self._classes or (self.dataset_meta or {}).get('classes')
         if not classes:
             raise ValueError('VoxelMaterialMetric: no material classes: pass classes=... or evaluate a dataset '
@@ -133,6 +134,7 @@ class VoxelMaterialMetric(BaseMetric):
             self.results.append(item)
 
     def compute_metrics(self, results):
+        """The metrics listed in the class docstring, pooled over every collected volume."""
         log_x0 = np.log(np.array([RADIATION_LENGTH_M[c] for c in self.classes]))
         model_pred, model_dev, base_dev = [], [], []
         for item in results:

@@ -46,9 +46,11 @@ class FSDLite(SparseDetectorBase):
         self._init_static(static, bounds)
 
     def instance_bound_spec(self):
+        """``max_clusters`` and ``max_cc_iters`` (one int each)."""
         return dict(max_clusters=None, max_cc_iters=None)
 
     def instance_bound_names(self):
+        """``['max_clusters', 'max_cc_iters']``."""
         return ['max_clusters', 'max_cc_iters']
 
     def measure_instance_bounds(self, inputs, fg, inst):

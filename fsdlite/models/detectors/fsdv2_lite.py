@@ -67,9 +67,11 @@ class FSDv2Lite(SparseDetectorBase):
         self._init_static(static, bounds)
 
     def instance_bound_spec(self):
+        """``max_virtual_voxels``: one int per mixer encoder level."""
         return dict(max_virtual_voxels=len(self.mixer.encoder))
 
     def instance_bound_names(self):
+        """``max_virtual_voxels[s]`` per mixer level, then ``max_virtual_pairs[i]`` when that bound is set."""
         names = [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
         if self.bounds is not None and 'max_virtual_pairs' in self.bounds:
             names += [f'max_virtual_pairs[{i}]' for i in range(self.mixer.pair_slots())]
@@ -81,9 +83,11 @@ class FSDv2Lite(SparseDetectorBase):
         return dict(super().optional_bound_spec(), max_virtual_pairs=self.mixer.pair_slots())
 
     def unet_bounds(self):
+        """The base's plus ``max_virtual_voxels`` -> the mixer."""
         return dict(super().unet_bounds(), max_virtual_voxels=self.mixer)
 
     def unet_pair_bounds(self):
+        """The base's plus ``max_virtual_pairs`` -> ``max_virtual_voxels``."""
         return dict(super().unet_pair_bounds(), max_virtual_pairs='max_virtual_voxels')
 
     def instances(self, inputs, point_feats, seg_outputs, fg):

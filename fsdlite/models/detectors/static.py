@@ -361,6 +361,8 @@ class StaticGraph(nn.Module):
         self.dropped_names = detector.graph_bound_names()
 
     def forward(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs):
+        """The detector's ``forward_static`` (default ``strict``: raise eagerly, truncate while exporting), as a
+        tuple in :data:`GRAPH_OUTPUTS` order."""
         out = self.detector.forward_static(points, batch, num_points, point2voxel, voxel_coors, num_voxels,
                                            list(nbrs), self.batch_size)
         return tuple(out[k] for k in GRAPH_OUTPUTS)

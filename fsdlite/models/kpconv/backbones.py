@@ -82,6 +82,11 @@ class KPEncoder(nn.Module):
             self.stages.append(stage)
 
     def forward(self, pyramid):
+        """Run the stages on ``pyramid.features``: list of (N_l, channels[l]), one per level.
+
+        Raises:
+            ValueError: the pyramid has fewer levels than the encoder.
+        """
         if pyramid.num_levels < self.num_levels:
             raise ValueError(f'KPEncoder has {self.num_levels} stages but the pyramid has {pyramid.num_levels} levels '
                              '(set the data preprocessor num_levels)')
@@ -112,6 +117,7 @@ class KPDecoder(nn.Module):
         self.out_channels = channels[0]
 
     def forward(self, feats, pyramid):
+        """Upsample from the coarsest level, concatenating skips: (N_0, channels[0])."""
         x = feats[-1]
         for level in range(len(feats) - 2, -1, -1):
             x = self.unaries[level](torch.cat([self.upsample(x, pyramid, level), feats[level]], 1))

@@ -49,6 +49,7 @@ class SimpleBlock(nn.Module):
         self.act = build_act(act_cfg)
 
     def forward(self, x, pyramid, level):
+        """conv -> norm -> act at ``level``: (N_l, C_in) -> (N_l, C_out)."""
         return self.act(self.norm(self.conv(*level_geometry(pyramid, level, False), x)))
 
 
@@ -78,6 +79,7 @@ class ResnetBottleneckBlock(nn.Module):
         self.act = build_act(act_cfg)
 
     def forward(self, x, pyramid, level):
+        """Bottleneck branch plus shortcut, then act: (N_l, C_in) -> (N_l or N_{l+1}, C_out)."""
         q_pts, s_pts, neighbors = level_geometry(pyramid, level, self.strided)
         y = self.norm_act(self.conv(q_pts, s_pts, neighbors, self.unary1(x)))
         y = self.unary2(y)
@@ -89,6 +91,7 @@ class NearestUpsampleBlock(nn.Module):
     """Level l + 1 features -> level l (closest coarse point; zeros if none within the radius)."""
 
     def forward(self, x, pyramid, level):
+        """(N_{l+1}, C) -> (N_l, C) through ``pyramid.upsamples[level]``."""
         return nearest_upsample(x, pyramid.upsamples[level])
 
 
@@ -96,6 +99,7 @@ class GlobalAverageBlock(nn.Module):
     """(N_l, C) features of one level -> (B, C) per-sample means (empty samples -> 0)."""
 
     def forward(self, x, pyramid, level):
+        """(N_l, C) -> (B, C) means over ``pyramid.batch[level]``."""
         batch = pyramid.batch[level]
         out = x.new_zeros((pyramid.batch_size, x.shape[1])).index_add_(0, batch, x)
         count = torch.bincount(batch, minlength=pyramid.batch_size).clamp(min=1)

@@ -45,6 +45,7 @@ class KPPyramid:
 
     @property
     def num_levels(self):
+        """L, the number of levels (``len(points)``)."""
         return len(self.points)
 
 
@@ -97,6 +98,12 @@ class KPDataPreprocessor(BaseDataPreprocessor):
         return self.conv_radius * self.first_subsampling_dl * 2 ** level
 
     def forward(self, data, training=False):
+        """Build the :class:`KPPyramid` of ``inputs['points']`` and store per-sample truncation counts in the
+        metainfo.
+
+        Raises:
+            ValueError: a cloud is not (N, 3 + F).
+        """
         data = self.cast_data(data)
         clouds = data['inputs']['points']
         samples = data.get('data_samples')

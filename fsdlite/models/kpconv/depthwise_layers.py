@@ -84,6 +84,7 @@ class KPConvD(_KPAggregateLayer):
         self.weights = self._depthwise_weights()
 
     def forward(self, q_pts, s_pts, neighbors, x):
+        """Depthwise aggregation with ``weights`` (K, C): (M, C)."""
         return self.aggregate(q_pts, s_pts, neighbors, x, depthwise=self.weights.to(x.dtype))
 
 
@@ -110,6 +111,7 @@ class KPConvX(_KPAggregateLayer):
         self.attention_norm = self._weight_norm(weight_norm, self.groups)
 
     def forward(self, q_pts, s_pts, neighbors, x):
+        """Depthwise aggregation modulated by the (M, K, W) sigmoid attention of the centre features: (M, C)."""
         center = center_features(q_pts, s_pts, neighbors, x)
         attention = torch.sigmoid(self.attention_norm(self.attention(center)))
         return self.aggregate(q_pts, s_pts, neighbors, x, depthwise=self.weights.to(x.dtype),
@@ -162,5 +164,6 @@ class KPInv(_KPAggregateLayer):
         return w
 
     def forward(self, q_pts, s_pts, neighbors, x):
+        """Aggregation with the (M, K, W) weights :meth:`generate` makes from the centre features: (M, C)."""
         weights = self.generate(center_features(q_pts, s_pts, neighbors, x))
         return self.aggregate(q_pts, s_pts, neighbors, x, gen_weights=weights)

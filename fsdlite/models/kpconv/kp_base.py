@@ -141,5 +141,6 @@ class KernelPointLayer(nn.Module):
         return dict(sigma=self.sigma, influence=self.influence, aggregation=self.aggregation)
 
     def extra_repr(self):
+        """Kernel size, radius, sigma, influence, aggregation and impl."""
         return (f'K={self.kernel_size}, radius={self.radius:g}, sigma={self.sigma:g}, influence={self.influence}, '
                 f'aggregation={self.aggregation}, impl={self.impl}')

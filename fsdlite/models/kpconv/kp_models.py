@@ -82,6 +82,7 @@ class KPCNN(_KPModel):
         return self.head(self.pool(feats[-1], pyramid, len(feats) - 1))
 
     def loss(self, pyramid, data_samples):
+        """``loss_cls`` (cross-entropy), ``acc`` and :meth:`extra_losses` of a batch with ``gt_label`` samples."""
         if data_samples is None:
             raise ValueError("KPCNN: mode='loss' needs data_samples with gt_label")
         labels = torch.stack([torch.as_tensor(s.gt_label).long().reshape(()) for s in data_samples])
@@ -93,6 +94,7 @@ class KPCNN(_KPModel):
         return losses
 
     def predict(self, pyramid, data_samples=None):
+        """Set ``pred_scores`` (num_classes,) (softmax) and ``pred_label`` on each sample (new ones if None)."""
         scores = torch.softmax(self.logits(pyramid), 1)
         if data_samples is None:
             data_samples = [Det3DDataSample() for _ in range(pyramid.batch_size)]
@@ -134,6 +136,11 @@ class KPFCNN(_KPModel):
         return self.head(self.decoder(self.backbone(pyramid), pyramid))
 
     def loss(self, pyramid, data_samples=None):
+        """``loss_seg`` (cross-entropy on ``pyramid.labels`` (N_0,)), ``acc`` and :meth:`extra_losses`.
+
+        Raises:
+            ValueError: the pyramid has no labels.
+        """
         if pyramid.labels is None:
             raise ValueError('KPFCNN: the loss needs per-point labels (data samples with gt_pts_seg and a '
                              'KPDataPreprocessor with with_labels=True)')
@@ -147,6 +154,8 @@ class KPFCNN(_KPModel):
         return losses
 
     def predict(self, pyramid, data_samples=None):
+        """Set ``pred_pts_seg`` (``pts_semantic_mask`` (N_i,), ``pts_scores`` (N_i, C)) on each sample (new ones if
+        None), level-0 scores projected to every input point."""
         scores = torch.softmax(self.logits(pyramid), 1).index_select(0, pyramid.cells)
         if data_samples is None:
             data_samples = [Det3DDataSample() for _ in range(pyramid.batch_size)]

@@ -57,6 +57,8 @@ class KPConv(KernelPointLayer):
             nn.init.zeros_(self.offset_conv.weights)
 
     def forward(self, q_pts, s_pts, neighbors, x):
+        """(M, C2) output; deformable layers shift the kernel points per query (and store :attr:`regularizers`
+        while training)."""
         kp = self.kernel(x)
         modulations = None
         if self.deformable:

@@ -315,6 +315,7 @@ class RulebookSparseConv3d(nn.Module):
         return rulebook_conv_forward(self, feats, nbr, mode=mode)
 
     def extra_repr(self):
+        """Channels, kind (subm / inverse / conv), kernel geometry and ``indice_key``."""
         kind = 'subm' if self.subm else ('inverse' if self.inverse else 'conv')
         return (f'{self.in_channels}, {self.out_channels}, kind={kind}, kernel_size={self.kernel_size}, '
                 f'stride={self.stride}, padding={self.padding}, dilation={self.dilation}, '

@@ -16,6 +16,11 @@ class VoxelNetDataPreprocessor(BaseDataPreprocessor):
     """
 
     def forward(self, data, training=False):
+        """Stack the volumes (a single unbatched tensor gains a batch dim of 1); see the class docstring.
+
+        Raises:
+            ValueError: volumes of the batch differ in shape.
+        """
         data = self.cast_data(data)
         inputs = data['inputs']
         out = {}

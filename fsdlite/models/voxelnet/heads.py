@@ -57,6 +57,7 @@ class VoxelClassHead(_VoxelHead):
         self.num_classes = int(num_classes)
 
     def forward(self, x, impl='efficient'):
+        """(B, V, in_channels) -> (B, V, C) log-probabilities."""
         return self.linear(self._features(x, impl)).log_softmax(-1)
 
     def loss(self, output, targets):
@@ -87,6 +88,7 @@ class VoxelX0Head(_VoxelHead):
         super().__init__(in_channels, attn_channels, 1, act_cfg)
 
     def forward(self, x, impl='efficient'):
+        """(B, V, in_channels) -> (B, V) predicted log X0."""
         return self.linear(self._features(x, impl)).squeeze(-1)
 
     def loss(self, output, targets):
