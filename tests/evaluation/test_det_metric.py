@@ -148,10 +148,12 @@ def test_metric_3d_needs_z_overlap():
 
 def test_metric_ignores_sparse_gt():
     metric = _metric(min_gt_points=5)
-    metric.process({}, [_frame([CAR, PED], [0, 1], [CAR], [0.9], [0], num_points=[100, 2])])
+    cyclist = [20.0, -5.0, -1.7, 1.8, 0.6, 1.7, 0.0]
+    metric.process({}, [_frame([CAR, PED, cyclist], [0, 1, 2], [CAR], [0.9], [0], num_points=[100, 2, 5])])
     res = metric.compute_metrics(metric.results)
     assert res['Car_BEV_AP@0.7'] == pytest.approx(1.0)
     assert math.isnan(res['Pedestrian_BEV_AP@0.5'])  # its only GT is ignored: no requirement
+    assert res['Cyclist_BEV_AP@0.5'] == 0.0  # exactly min_gt_points points: not fewer, so required (and missed)
     with pytest.raises(KeyError, match='num_points_in_gt'):
         _metric(min_gt_points=5).process({}, [_frame([CAR], [0], [], [], [])])
 

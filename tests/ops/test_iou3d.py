@@ -162,10 +162,15 @@ def test_real_boxes_kitti_and_nuscenes(shared_data):
 
 # ------------------------------------------------------------------------------------------ IoU properties
 finite = st.floats(-50, 50, allow_nan=False, width=64)
-# exact zeros (degenerate) or >= 1 cm: for slivers thinner than ~1e-12 m rounding noise rivals the area itself
-sizes = st.one_of(st.just(0.0), st.floats(0.01, 6, allow_nan=False, width=64))
+# centres within 3 m of the origin, so that boxes of up to 6 m mostly overlap (with centres over +-50 m and half
+# the sizes zero, 27 of the 30 drawn examples compared nothing but zero IoUs)
+near = st.floats(-3, 3, allow_nan=False, width=64)
+# >= 1 cm, or now and then exactly zero (degenerate): for slivers thinner than ~1e-12 m rounding noise rivals the
+# area itself
+sizes = st.integers(0, 4).flatmap(lambda i: st.floats(0.01, 6, allow_nan=False, width=64) if i else st.just(0.0))
+proper_sizes = st.floats(0.1, 6, allow_nan=False, width=64)  # containment: no degenerate outer box to skip
 angles = st.floats(-7, 7, allow_nan=False, width=64)
-box_strategy = st.tuples(finite, finite, sizes, sizes, angles).map(lambda t: box(t[0], t[1], t[2], t[3], t[4]))
+box_strategy = st.tuples(near, near, sizes, sizes, angles).map(lambda t: box(t[0], t[1], t[2], t[3], t[4]))
 
 
 @SETTINGS
@@ -193,12 +198,10 @@ def test_property_rigid_motion_symmetry_and_bounds(a, b, angle, shift):
 
 
 @SETTINGS
-@given(outer=box_strategy, frac=st.tuples(st.floats(0.05, 1.0), st.floats(0.05, 1.0)),
-       pos=st.tuples(st.floats(-1, 1), st.floats(-1, 1)))
+@given(outer=st.tuples(finite, finite, proper_sizes, proper_sizes, angles).map(lambda t: box(*t)),
+       frac=st.tuples(st.floats(0.05, 1.0), st.floats(0.05, 1.0)), pos=st.tuples(st.floats(-1, 1), st.floats(-1, 1)))
 def test_property_containment(outer, frac, pos):
     x, y, _, l, w, _, yaw = outer
-    if l < 0.1 or w < 0.1:
-        return
     il, iw = l * frac[0], w * frac[1]
     ox, oy = pos[0] * (l - il) / 2, pos[1] * (w - iw) / 2  # inner box stays inside (local frame)
     inner = box(x + math.cos(yaw) * ox - math.sin(yaw) * oy, y + math.sin(yaw) * ox + math.cos(yaw) * oy, il, iw, yaw)
