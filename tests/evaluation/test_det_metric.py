@@ -167,3 +167,38 @@ def test_metric_invalid():
         _metric().process({}, [_frame([CAR], [0], [CAR], [0.9], [7])])
     with pytest.raises(KeyError, match='pred_instances_3d'):
         _metric().process({}, [{'gt_instances_3d': {}}])
+
+
+# ----------------------------------------------------------------------------- iou_thresholds boundaries
+def test_metric_iou_threshold_range_is_half_open():
+    # documented range (0, 1]: 1.0 is accepted, 0 and anything above 1 are rejected (naming the argument)
+    assert _metric(iou_thresholds=dict(Car=(1.0, 0.5))).thresholds('Car') == (1.0, 0.5)
+    assert _metric(iou_thresholds=dict(Car=1.0)).thresholds('Car') == (1.0,)
+    for bad in ((0.0, 0.5), (0.7, 0.0), 0.0, (1.0 + 1e-9,), (0.7, 1.5)):
+        with pytest.raises(ValueError, match=r"iou_thresholds\['Car'\]"):
+            _metric(iou_thresholds=dict(Car=bad))
+
+
+def test_metric_iou_threshold_count_is_one_or_two():
+    assert _metric(iou_thresholds=dict(Car=[0.6])).thresholds('Car') == (0.6,)
+    assert _metric(iou_thresholds=dict(Car=[0.6, 0.4])).thresholds('Car') == (0.6, 0.4)
+    for bad in ((), [], (0.7, 0.5, 0.3)):
+        with pytest.raises(ValueError, match=r"iou_thresholds\['Car'\]"):
+            _metric(iou_thresholds=dict(Car=bad))
+
+
+def test_metric_single_threshold_class_is_left_out_of_loose_map():
+    # Car has only a strict threshold: it enters the strict mAP but not the loose one (no IndexError)
+    metric = _metric(iou_thresholds=dict(Car=(0.7,)), kinds=('bev',))
+    metric.process({}, [_frame([CAR, PED], [0, 1], [CAR], [0.9], [0])])  # car found, pedestrian missed
+    res = metric.compute_metrics(metric.results)
+    assert res['Car_BEV_AP@0.7'] == pytest.approx(1.0)
+    assert 'Car_BEV_AP@0.5' not in res
+    assert res['Pedestrian_BEV_AP@0.5'] == 0.0 and res['Pedestrian_BEV_AP@0.25'] == 0.0
+    assert res['BEV_mAP'] == pytest.approx(0.5)  # mean of Car 1.0 and Pedestrian 0.0
+    assert res['BEV_mAP_loose'] == 0.0  # Pedestrian only
+    # every class with one threshold: no loose mAP at all
+    metric = _metric(iou_thresholds=dict(Car=0.7, Pedestrian=0.5, Cyclist=0.5), kinds=('bev',))
+    metric.process({}, [_frame([CAR], [0], [CAR], [0.9], [0])])
+    res = metric.compute_metrics(metric.results)
+    assert res['BEV_mAP'] == pytest.approx(1.0) and 'BEV_mAP_loose' not in res

@@ -77,3 +77,16 @@ def test_properties(pairs):
     assert np.all((iou[np.isfinite(iou)] >= 0) & (iou[np.isfinite(iou)] <= 1))
     perfect = iou_from_confusion(confusion_matrix(gt, gt, 4))
     assert np.all(perfect[np.isfinite(perfect)] == 1)
+
+
+def test_label_equal_to_num_labels_is_rejected():
+    # valid labels are [0, K): K - 1 is fine, K itself is rejected for both gt and pred
+    assert confusion_matrix([2], [2], 3).tolist() == [[0, 0, 0], [0, 0, 0], [0, 0, 1]]
+    with pytest.raises(ValueError, match=r'gt labels must lie in \[0, 3\)'):
+        confusion_matrix([3], [0], 3)
+    with pytest.raises(ValueError, match=r'pred labels must lie in \[0, 3\)'):
+        confusion_matrix([0], [3], 3)
+    metric = SegMetric(classes=('Car', 'Ped'))  # K = 3 with background
+    metric.process(None, [_sample([2], [2])])
+    with pytest.raises(ValueError, match=r'pred labels must lie in \[0, 3\)'):
+        metric.process(None, [_sample([0], [3])])

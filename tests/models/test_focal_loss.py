@@ -75,3 +75,24 @@ def test_properties(n, c, gamma, alpha, seed):
     assert (elem <= bce + 1e-12).all()  # focal weights are <= 1
     assert SigmoidFocalLoss(reduction='sum')(logits, labels).item() == pytest.approx(
         SigmoidFocalLoss(reduction='none')(logits, labels).sum().item())
+
+
+def test_alpha_zero_and_one_are_valid_weights():
+    # alpha in [0, 1] weights positives by alpha and negatives by 1 - alpha; only negative alpha disables it
+    logits = torch.tensor([[2.0, -1.0], [0.5, 0.3]], dtype=torch.float64)
+    targets = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    unweighted = SigmoidFocalLoss(gamma=2.0, alpha=-1, reduction='none')(logits, targets)
+    zero = SigmoidFocalLoss(gamma=2.0, alpha=0.0, reduction='none')(logits, targets)
+    assert torch.equal(zero * targets, torch.zeros_like(zero))  # positives weighted 0
+    assert torch.allclose(zero * (1 - targets), unweighted * (1 - targets))
+    one = SigmoidFocalLoss(gamma=2.0, alpha=1.0, reduction='none')(logits, targets)
+    assert torch.equal(one * (1 - targets), torch.zeros_like(one))  # negatives weighted 0
+    assert torch.allclose(one * targets, unweighted * targets)
+    for x, t in ((2.0, 1), (0.5, 0)):
+        assert SigmoidFocalLoss(gamma=2.0, alpha=0.0, reduction='none')(
+            torch.tensor([[x]], dtype=torch.float64), torch.tensor([[float(t)]], dtype=torch.float64)
+        ).item() == pytest.approx(_hand(x, t, 2.0, 0.0), abs=1e-12)
+    with pytest.raises(ValueError, match='alpha'):
+        SigmoidFocalLoss(alpha=1.0 + 1e-9)
+    with pytest.raises(ValueError, match='alpha'):  # nan would silently turn the weighting off
+        SigmoidFocalLoss(alpha=float('nan'))

@@ -44,3 +44,15 @@ def test_bad_arguments():
     head = PointSegHead(4, 3)
     with pytest.raises(ValueError, match=r'point labels must be in \[0, 3\]'):
         head.get_targets(torch.tensor([0, 5]))
+
+
+def test_predict_score_equal_to_threshold_is_foreground():
+    # documented: the best class is kept when its score *reaches* the threshold (>=)
+    head = PointSegHead(4, 2, score_thr=0.5)
+    logits = torch.tensor([[0.0, -3.0], [-3.0, 0.0], [-0.01, -3.0]])  # sigmoid(0) == 0.5 exactly
+    assert logits.sigmoid()[0, 0].item() == 0.5
+    assert head.predict(dict(seg_logits=logits))['labels'].tolist() == [0, 1, 2]
+    ones = PointSegHead(4, 2, score_thr=(1.0, 1.0))
+    big = torch.tensor([[40.0, -3.0], [3.0, -3.0]])  # sigmoid(40) == 1.0 in float32
+    assert big.sigmoid()[0, 0].item() == 1.0
+    assert ones.predict(dict(seg_logits=big))['labels'].tolist() == [0, 2]

@@ -1,4 +1,6 @@
 """Sigmoid focal loss (Lin et al., RetinaNet) for class-wise binary logits."""
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -49,7 +51,7 @@ class SigmoidFocalLoss(nn.Module):
         super().__init__()
         if not float(gamma) >= 0:
             raise ValueError(f'gamma must be >= 0, got {gamma!r}')
-        if float(alpha) > 1:
+        if not math.isfinite(float(alpha)) or float(alpha) > 1:
             raise ValueError(f'alpha must be in [0, 1] (or negative to disable), got {alpha!r}')
         self.gamma, self.alpha = float(gamma), float(alpha)
         self.reduction, self.loss_weight = check_reduction('SigmoidFocalLoss', reduction), float(loss_weight)

@@ -41,3 +41,24 @@ def test_hook_invalid():
         FSDWarmupHook(threshold_buffer=1.5)
     with pytest.raises(TypeError, match='runtime_info'):
         FSDWarmupHook().before_train_iter(SimpleNamespace(model=nn.Linear(1, 1), iter=0), 0)
+
+
+def test_schedule_single_buffer_iteration():
+    # buffer_iter=1: the full lowering at the enabling iteration, none one iteration later
+    assert warmup_state(0, 0, 0.2, 1) == ('threshold', pytest.approx(0.2))
+    assert warmup_state(1, 0, 0.2, 1) == ('threshold', 0.0)
+    assert warmup_state(2, 0, 0.2, 1) == ('threshold', 0.0)
+    assert warmup_state(4, 5, 0.3, 1) == ('topk', 0.0)
+    assert warmup_state(5, 5, 0.3, 1) == ('threshold', pytest.approx(0.3))
+    assert warmup_state(6, 5, 0.3, 1) == ('threshold', 0.0)
+
+
+def test_hook_single_buffer_iteration():
+    hook = FSDWarmupHook(enable_after_iter=0, threshold_buffer=0.25, buffer_iter=1)
+    model = _Model()
+    runner = SimpleNamespace(model=model, iter=0)
+    hook.before_train_iter(runner, 0)
+    assert model.runtime_info == dict(fg_mode='threshold', threshold_offset=pytest.approx(0.25))
+    runner.iter = 1
+    hook.before_train_iter(runner, 0)
+    assert model.runtime_info == dict(fg_mode='threshold', threshold_offset=0.0)
