@@ -31,6 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 
+from fsdlite.engine.tool_setup import number  # noqa: E402
+
 CASES = {
     'FSD-lite': dict(key='fsd', config='configs/fsd/fsdlite_kitti_static.py', frame='kitti'),
     'FSDv2-lite': dict(key='fsdv2', config='configs/fsdv2/fsdv2lite_kitti_static.py', frame='kitti'),
@@ -115,26 +117,18 @@ def main(argv=None):
     """Command line (see the module docstring): time every selected model, print the table and the ``RESULT`` line."""
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--quick', action='store_true', help='fewer repetitions (smoke run)')
-    parser.add_argument('--threads', type=int, default=1, help='torch and ONNX Runtime intra-op threads')
-    parser.add_argument('--repeat', type=int, default=None, help='timed runs per variant (median)')
-    parser.add_argument('--margin', type=float, default=None,
+    parser.add_argument('--threads', type=number(int, 1), default=1, help='torch and ONNX Runtime intra-op threads')
+    parser.add_argument('--repeat', type=number(int, 1), default=None, help='timed runs per variant (median)')
+    parser.add_argument('--margin', type=number(float, 1), default=None,
                         help='bounds = the input\'s needs x MARGIN (default: the configured / export-default bounds)')
     parser.add_argument('--only', nargs='+', choices=[c['key'] for c in CASES.values()], default=None,
                         help='run only these models')
-    parser.add_argument('--slim-width', type=float, default=0.5,
+    parser.add_argument('--slim-width', type=number(float, 0, 1), default=0.5,
                         help='also time the detectors slimmed to this width (0: no slim rows)')
     parser.add_argument('--tiers', type=float, nargs='*', default=DEFAULT_TIERS, metavar='SCALE',
                         help=f'capacity tiers of the detector exports (default {DEFAULT_TIERS}; none: --tiers)')
     args = parser.parse_args(argv)
-    if not 0 <= args.slim_width <= 1:
-        parser.error(f'--slim-width must be in [0, 1], got {args.slim_width}')
-    if args.threads < 1:
-        parser.error(f'--threads must be >= 1, got {args.threads}')
     repeat = args.repeat or (3 if args.quick else 10)
-    if repeat < 1:
-        parser.error(f'--repeat must be >= 1, got {repeat}')
-    if args.margin is not None and args.margin < 1:
-        parser.error(f'--margin must be >= 1, got {args.margin}')
     from fsdlite.deploy.tiers import check_tier_scales
     try:
         tiers = check_tier_scales(args.tiers)

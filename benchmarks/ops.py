@@ -23,6 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as h  # noqa: E402
 
+from fsdlite.engine.tool_setup import number  # noqa: E402
+
 CASE_DIR = Path(__file__).resolve().parent / 'op_cases'
 
 
@@ -51,12 +53,9 @@ def main(argv=None):
     parser.add_argument('--quick', action='store_true', help='small sizes (smoke run)')
     parser.add_argument('--only', nargs='*', choices=case_families(), metavar='FAMILY',
                         help=f'op families to run (of {", ".join(case_families())})')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    parser.add_argument('--repeat', type=int, default=3)
+    parser.add_argument('--threads', type=number(int, 1), default=torch.get_num_threads())
+    parser.add_argument('--repeat', type=number(int, 1), default=3)
     args = parser.parse_args(argv)
-    for name, value in (('--threads', args.threads), ('--repeat', args.repeat)):
-        if value < 1:
-            parser.error(f'{name} must be >= 1, got {value}')
     torch.set_num_threads(args.threads)
     print(f'torch {torch.__version__}, {args.threads} threads, {"quick" if args.quick else "full"} sizes')
     rows, result = [], {}

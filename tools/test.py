@@ -36,10 +36,10 @@ def main(argv=None):
     try:
         cfg = load_config(args.config, args.cfg_options, args.allow_new_cfg_keys)
         prepare_runner_cfg(cfg, args.config, args.work_dir, args.launcher)
-        cfg.load_from = require_file(args.checkpoint, 'checkpoint')
-        cfg.resume = False
+        require_file(args.checkpoint, 'checkpoint')  # before the runner builds the datasets
+        cfg.load_from, cfg.resume = None, False  # loaded below, strictly (mmengine's load_from is not strict)
         runner = build_runner(cfg)
-        load_weights(runner_model(runner), args.checkpoint, args.config)  # mmengine's own load is not strict
+        load_weights(runner_model(runner), args.checkpoint, args.config)
         metrics = runner.test()
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')

@@ -30,13 +30,20 @@ def test_resume_continues_iterations(trained_work_dir, tools, tmp_path):
 
 
 @pytest.mark.slow
-def test_test_tool_evaluates_checkpoint(trained_work_dir, tools, tmp_path):
+def test_test_tool_evaluates_checkpoint(trained_work_dir, tools, tmp_path, monkeypatch):
     work, _ = trained_work_dir
     test = tools.load('test')
+    runners, build = [], test.build_runner
+    monkeypatch.setattr(test, 'build_runner', lambda cfg: runners.append(build(cfg)) or runners[-1])
     metrics = test.main([tools.seg_config, str(work / 'iter_4.pth'), '--work-dir', str(tmp_path),
                          '--cfg-options', *tools.small])
     assert {'seg/mIoU', 'seg/IoU_Car', 'seg/fg_IoU', 'seg/acc'} <= set(metrics)
     assert 0 <= metrics['seg/acc'] <= 1
+    # the evaluated model holds the checkpoint's weights (not the config's random initialisation)
+    saved = torch.load(work / 'iter_4.pth', map_location='cpu', weights_only=False)['state_dict']
+    evaluated = test.runner_model(runners[0]).state_dict()
+    assert saved.keys() == evaluated.keys()
+    assert all(torch.equal(saved[k], evaluated[k]) for k in saved)
 
 
 def _exit_message(main, argv, capsys):

@@ -16,7 +16,7 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
     excluded from the model's input.  Nothing is lost silently: each data sample's metainfo gets
     ``num_points`` (input size), ``num_excluded_points``, ``num_out_of_range_points`` and
     ``num_non_finite_points``; the first batch with exclusions logs a warning, and the running
-    totals are kept in :attr:`num_excluded_total` (and ``dropped_totals``, see
+    totals are kept in :attr:`num_excluded_total` (``dropped_totals['num_excluded_points']``, see
     :func:`fsdlite.utils.drop_report.report_dropped`).  Models predict background for excluded points.
 
     Input ``data`` (from ``pseudo_collate``): ``inputs['points']`` is a list of B tensors (N_i, C)
@@ -48,8 +48,12 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
             raise ValueError(f'num_point_features must be an int >= 3 (x, y, z, ...) or None, '
                              f'got {num_point_features!r}')
         self.num_point_features = num_point_features
-        self.num_excluded_total = 0
         self.num_points_total = 0
+
+    @property
+    def num_excluded_total(self):
+        """Points excluded over every batch so far."""
+        return (getattr(self, 'dropped_totals', None) or {}).get('num_excluded_points', 0)
 
     def _points_list(self, points):
         if isinstance(points, torch.Tensor):
@@ -114,7 +118,6 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
                                          num_non_finite_points=non_finite[i],
                                          num_out_of_range_points=excluded[i] - non_finite[i]))
         total_excluded = sum(excluded)
-        self.num_excluded_total += total_excluded
         self.num_points_total += sum(sizes)
         report_dropped(self, 'num_excluded_points', total_excluded, lambda: (
             f'excluded {total_excluded} of {sum(sizes)} points in this batch '

@@ -131,9 +131,11 @@ class KPDataPreprocessor(BaseDataPreprocessor):
 
     def _labels(self, samples, clouds):
         """Concatenated per-point labels, or None without labels (e.g. inference on unlabelled clouds)."""
-        if not self.with_labels or samples is None or not all('gt_pts_seg' in s for s in samples):
-            labelled = 0 if samples is None else sum('gt_pts_seg' in s for s in samples)
-            if self.with_labels and labelled:
+        if not self.with_labels or samples is None:
+            return None
+        labelled = sum('gt_pts_seg' in s for s in samples)
+        if labelled < len(samples):
+            if labelled:
                 report_dropped(self, 'batches_without_labels', 1, lambda: (
                     f'ignored the labels of a batch where only {labelled} of {len(samples)} samples have '
                     'gt_pts_seg (labels are read only when all samples have them)'), in_metainfo=False)
