@@ -30,7 +30,7 @@ def test_output_rows_follow_input_rows():
 
 
 def test_output_layout_is_the_input_index_set():
-    net = SparseUNet(5, **GRID, **SMALL).eval()
+    net = SparseUNet(5, **GRID, **SMALL, conv_backend='spconv').eval()
     feats, coors = _voxels(40, 2)
     seen = {}
 
@@ -88,3 +88,69 @@ def test_bad_inputs():
         net(feats[:, :4], coors, 2)
     with pytest.raises(ValueError, match='at least one voxel'):
         net(feats[:0], coors[:0], 2)
+
+
+# ------------------------------------------------------------------- conv_backend='fsdlite' (fused kernels)
+def _twin_nets(seed=0):
+    torch.manual_seed(seed)
+    ours = SparseUNet(5, **GRID, **SMALL, conv_backend='fsdlite')
+    theirs = SparseUNet(5, **GRID, **SMALL, conv_backend='spconv')
+    theirs.load_state_dict(ours.state_dict())
+    with torch.no_grad():  # non-trivial norm statistics and biases, so eval mode tests them too
+        for a, b in zip(ours.modules(), theirs.modules()):
+            if isinstance(a, torch.nn.BatchNorm1d):
+                for t in (a.running_mean, a.running_var, a.weight, a.bias):
+                    t.uniform_(0.5, 1.5)
+                b.load_state_dict(a.state_dict())
+    return ours, theirs
+
+
+def test_fsdlite_backend_matches_spconv_and_rebuilds_cut_levels(monkeypatch):
+    """Scattered voxels: a strided conv has more than twice its input voxels, so the first rulebooks cut a level
+    and are rebuilt with its exact count (the result must still equal spconv's)."""
+    ours, theirs = (net.eval() for net in _twin_nets())
+    feats, coors = _voxels(40, 6)
+    builds = []
+    original = SparseUNet.build_rulebooks
+    monkeypatch.setattr(SparseUNet, 'build_rulebooks',
+                        lambda self, *a, **k: builds.append(1) or original(self, *a, **k))
+    got = ours(feats, coors, 2)
+    assert len(builds) >= 2  # a level was cut and rebuilt
+    assert torch.allclose(got, theirs(feats, coors, 2), atol=1e-5)
+    nbrs, counts = ours.exact_rulebooks(coors, 40)
+    assert counts[0] == 40 and counts[1] > 2 * 40
+
+
+def test_fsdlite_backend_trains_like_spconv():
+    ours, theirs = _twin_nets(1)
+    feats, coors = _voxels(80, 7)
+    grads = []
+    for net in (ours, theirs):
+        x = feats.clone().requires_grad_()
+        net(x, coors, 2).square().sum().backward()
+        grads.append([x.grad] + [p.grad for p in net.parameters()])
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_auto_backend_follows_the_device():
+    net = SparseUNet(5, **GRID, **SMALL)
+    assert net.conv_backend == 'auto' and net.resolved_conv_backend(torch.zeros(1, 5)) == 'fsdlite'
+    assert SparseUNet(5, **GRID, **SMALL, conv_backend='spconv').resolved_conv_backend(torch.zeros(1, 5)) == 'spconv'
+
+
+@pytest.mark.cuda
+def test_auto_backend_uses_spconv_on_cuda_and_fsdlite_kernels_agree():
+    ours, theirs = _twin_nets(2)
+    ours.conv_backend = 'auto'
+    feats, coors = _voxels(60, 8)
+    net = ours.cuda().eval()
+    assert net.resolved_conv_backend(feats.cuda()) == 'spconv'
+    want = net(feats.cuda(), coors.cuda(), 2)
+    net.conv_backend = 'fsdlite'
+    assert torch.allclose(net(feats.cuda(), coors.cuda(), 2), want, atol=1e-4)
+
+
+def test_bad_conv_backend():
+    with pytest.raises(ValueError, match=r"conv_backend must be one of \('auto', 'spconv', 'fsdlite'\), got 'cuda'"):
+        SparseUNet(5, **GRID, **SMALL, conv_backend='cuda')

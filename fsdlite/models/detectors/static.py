@@ -316,7 +316,8 @@ class StaticDetectorMixin:
             hooks.append(unet.register_forward_pre_hook(input_hook))
         try:
             if inputs['voxel_coors'].shape[0]:
-                _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
+                with dynamic_path(self):  # the level hooks read spconv's output voxels
+                    _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
                 per = torch.bincount(fg.batch * c + fg.class_id, minlength=inputs['batch_size'] * c)
                 needed['max_fg_points'] = per.view(-1, c).max(0).values.tolist()
                 scores = self.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)[1]
@@ -370,19 +371,27 @@ class StaticGraph(nn.Module):
 
 @contextlib.contextmanager
 def dynamic_path(model):
-    """Run ``model`` on its dynamic path inside the block (models without a ``static`` flag: no-op).
+    """Run ``model`` on its dynamic path inside the block, with its sparse-conv layers called as modules.
 
-    Both paths share the weights and compute the same values; the dynamic one sees no padding and calls its
-    sparse-conv layers as modules (the fixed-shape path reads their weights through functional rulebook convs).
+    Both paths share the weights and compute the same values; the dynamic one sees no padding. Inside the block
+    a ``static`` model runs eagerly and every submodule with a ``conv_backend`` (SparseUNet) uses ``'spconv'``,
+    whose conv layers are called as modules (the fixed-shape path and the ``'fsdlite'`` backend read their
+    weights through functional convs), so module hooks see every layer -- what the slim tracer and the cost
+    counter need.
     """
     previous = getattr(model, 'static', False)
+    backends = [(m, m.conv_backend) for m in model.modules() if hasattr(m, 'conv_backend')]
     if previous:
         model.static = False
+    for module, _ in backends:
+        module.conv_backend = 'spconv'
     try:
         yield model
     finally:
         if previous:
             model.static = previous
+        for module, backend in backends:
+            module.conv_backend = backend
 
 
 __all__ = ['RulebookMaps', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'PRE_OP_BOUNDS',

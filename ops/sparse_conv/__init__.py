@@ -1,0 +1,163 @@
+"""sparse_conv: sparse convolution as a fused gather-GEMM-scatter over pairs grouped by kernel offset.
+
+A convolution rulebook lists, for every kernel offset ``k``, the pairs (input row ``i``, output row ``o``) it
+connects; the convolution is ``out[o] = sum over pairs (i, o) of offset k of features[i] @ weight[k]``. Here the
+pairs are one (2, P) int64 tensor ``[input rows; output rows]`` grouped by offset (``offset_starts`` (K + 1,):
+offset k owns columns ``[offset_starts[k], offset_starts[k + 1])``), with the output rows of one offset strictly
+increasing -- :func:`pairs_by_offset` builds them from a padded neighbour map (the ``fsdlite.ops`` rulebook ops'
+output) and :func:`transpose_pairs` gives the pairs of the transposed convolution (an inverse conv, or the
+gradient w.r.t. the features).
+
+:func:`sparse_conv` runs the C++/CUDA kernel: no gathered (P, Cin) buffer and no Python loop over offsets (the
+per-offset overhead that dominates spconv's CPU path for narrow layers); on the CPU float32 with Cout a multiple
+of 8 uses AVX2/FMA when available. Gradients flow to ``features``, ``weight`` and ``bias``.
+"""
+from typing import NamedTuple
+
+import torch
+
+from .. import _checks
+from ..build import load_family
+
+load_family('sparse_conv')
+
+_OP = 'sparse_conv'
+
+
+class OffsetPairs(NamedTuple):
+    """Pairs of a convolution grouped by kernel offset (see the module docstring)."""
+    pairs: torch.Tensor          #: (2, P) int64 [input row; output row]
+    offset_starts: torch.Tensor  #: (K + 1,) int64 column where each offset's pairs start (last = P)
+
+
+@_checks.register_fake('fsdlite::sparse_conv')
+def _sparse_conv_fake(features, weight, pairs, offset_starts, num_out):
+    return features.new_empty((num_out, weight.shape[2]))
+
+
+@_checks.register_fake('fsdlite::sparse_conv_pairs')
+def _sparse_conv_pairs_fake(nbr, num_in):
+    num_pairs = torch.library.get_ctx().new_dynamic_size()
+    return nbr.new_empty((2, num_pairs)), nbr.new_empty((nbr.shape[1] + 1,))
+
+
+def _offset_of_pairs(offset_starts):
+    counts = offset_starts[1:] - offset_starts[:-1]
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+
+
+def _transposed(pairs, offset_starts, num_in, op):
+    key = _offset_of_pairs(offset_starts) * max(int(num_in), 1) + pairs[0]
+    key, order = torch.sort(key)
+    repeated = torch.nonzero(key[1:] == key[:-1])
+    if repeated.numel():
+        j = int(order[int(repeated[0]) + 1])
+        raise ValueError(f'{op}: input row {int(pairs[0, j])} appears twice among the pairs of one offset (pairs[:, '
+                         f'{j}]); the transposed convolution needs each input row at most once per offset, as in '
+                         'every convolution rulebook')
+    return pairs.flip(0).index_select(1, order)
+
+
+def _setup_context(ctx, inputs, output):
+    features, weight, pairs, offset_starts, _ = inputs
+    ctx.save_for_backward(features, weight, pairs, offset_starts)
+
+
+def _backward(ctx, grad_out):
+    features, weight, pairs, offset_starts = ctx.saved_tensors
+    need_features, need_weight = ctx.needs_input_grad[:2]
+    grad_features = grad_weight = None
+    if need_features:
+        transposed = _transposed(pairs, offset_starts, features.shape[0], 'sparse_conv backward')
+        grad_features = torch.ops.fsdlite.sparse_conv(grad_out, weight.transpose(1, 2), transposed, offset_starts,
+                                                      features.shape[0])
+    if need_weight:
+        grad_weight = torch.zeros_like(weight)
+        starts = offset_starts.tolist()
+        for k in range(weight.shape[0]):
+            lo, hi = starts[k], starts[k + 1]
+            if hi > lo:
+                grad_weight[k] = features.index_select(0, pairs[0, lo:hi]).t() @ grad_out.index_select(
+                    0, pairs[1, lo:hi])
+    return grad_features, grad_weight, None, None, None
+
+
+torch.library.register_autograd('fsdlite::sparse_conv', _backward, setup_context=_setup_context)
+
+
+def _check_pairs(op, pairs, offset_starts):
+    _checks.tensor(op, 'pairs', pairs, dtype=torch.long, dim=2, size={0: (2, '[input row; output row]')})
+    _checks.tensor(op, 'offset_starts', offset_starts, dtype=torch.long, dim=1)
+    if offset_starts.numel() < 1:
+        raise ValueError(f'{op}: offset_starts must have K + 1 >= 1 entries, got shape {tuple(offset_starts.shape)}')
+
+
+def sparse_conv(features, weight, pairs, offset_starts, num_out, bias=None):
+    """Sparse convolution over offset-grouped pairs (fused gather-GEMM-scatter, differentiable).
+
+    Args:
+        features (Tensor): (Vin, Cin) float32/float64 input rows.
+        weight (Tensor): (K, Cin, Cout) one matrix per kernel offset (spconv's ``(Cout, kz, ky, kx, Cin)`` weight
+            is ``weight.reshape(Cout, K, Cin).permute(1, 2, 0)``).
+        pairs (Tensor): (2, P) int64 input rows in ``[0, Vin)`` and output rows in ``[0, num_out)``, grouped by
+            offset, output rows strictly increasing within an offset (:func:`pairs_by_offset`).
+        offset_starts (Tensor): (K + 1,) int64, 0 = starts[0] <= ... <= starts[K] = P.
+        num_out (int): output rows (rows without a pair get ``bias`` or 0).
+        bias (Tensor, optional): (Cout,).
+    Returns:
+        Tensor: (num_out, Cout).
+    """
+    _checks.tensor(_OP, 'features', features, dtypes=(torch.float32, torch.float64), dim=2)
+    _checks.tensor(_OP, 'weight', weight, dtype=features.dtype, dim=3,
+                   size={1: (features.shape[1], 'features.shape[1] (Cin)')})
+    _check_pairs(_OP, pairs, offset_starts)
+    _checks.tensor(_OP, 'offset_starts', offset_starts,
+                   size={0: (weight.shape[0] + 1, 'weight.shape[0] + 1 (K + 1)')})
+    num_out = _checks.positive_int(_OP, 'num_out', num_out, allow_zero=True)
+    if bias is not None:
+        _checks.tensor(_OP, 'bias', bias, dtype=features.dtype, dim=1, size={0: (weight.shape[2], 'Cout')})
+    _checks.same_device(_OP, features=features, weight=weight, pairs=pairs, offset_starts=offset_starts, bias=bias)
+    out = torch.ops.fsdlite.sparse_conv(features, weight, pairs, offset_starts, num_out)
+    return out if bias is None else out + bias
+
+
+def pairs_by_offset(nbr, num_in):
+    """Offset-grouped pairs of a neighbour map (output rows ascending within an offset).
+
+    Args:
+        nbr (Tensor): (Vout, K) int64/int32 input row of every output row and offset; values ``>= num_in`` (the
+            rulebook ops' dump index among them) mean "no neighbour".
+        num_in (int): input rows.
+    Returns:
+        OffsetPairs: ``pairs`` (2, P) int64 and ``offset_starts`` (K + 1,) int64 for :func:`sparse_conv` with
+        ``num_out = Vout``.
+    """
+    op = 'pairs_by_offset'
+    _checks.tensor(op, 'nbr', nbr, dtypes=_checks.INDEX_DTYPES, dim=2)
+    num_in = _checks.positive_int(op, 'num_in', num_in, allow_zero=True)
+    return OffsetPairs(*torch.ops.fsdlite.sparse_conv_pairs(nbr.long(), num_in))
+
+
+def transpose_pairs(offset_pairs, num_in):
+    """The pairs of the transposed convolution (input and output rows swapped, same offsets), in the order
+    :func:`sparse_conv` needs (new output rows ascending within an offset).
+
+    Args:
+        offset_pairs (OffsetPairs): pairs of a convolution whose input rows lie in ``[0, num_in)``.
+        num_in (int): input rows of that convolution (the output rows of the transposed one).
+    Returns:
+        OffsetPairs: for :func:`sparse_conv` with ``num_out = num_in`` and each offset's matrix transposed
+        where a true transpose is wanted (an inverse conv has weights of its own).
+    """
+    op = 'transpose_pairs'
+    pairs, offset_starts = offset_pairs
+    _check_pairs(op, pairs, offset_starts)
+    num_in = _checks.positive_int(op, 'num_in', num_in, allow_zero=True)
+    if pairs.shape[1] != int(offset_starts[-1]):
+        raise ValueError(f'{op}: offset_starts ends at {int(offset_starts[-1])}, expected pairs.shape[1] = '
+                         f'{pairs.shape[1]}')
+    _checks.index_range(op, 'pairs[0]', pairs[0], 0, num_in)
+    return OffsetPairs(_transposed(pairs, offset_starts, num_in, op), offset_starts)
+
+
+__all__ = ['sparse_conv', 'pairs_by_offset', 'transpose_pairs', 'OffsetPairs']

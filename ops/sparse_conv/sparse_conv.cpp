@@ -1,0 +1,70 @@
+// Schema and shared argument checks of sparse_conv (see sparse_conv.h for the semantics).
+#include "sparse_conv.h"
+
+#include <ATen/ops/min.h>
+#include <torch/library.h>
+
+#include "fsdlite_ops/common.h"
+
+namespace fsdlite::sparse_conv {
+
+void check_pairs_args(const at::Tensor& nbr, int64_t num_in) {
+  constexpr const char* op = "sparse_conv_pairs";
+  check_dtype(nbr, at::kLong, op, "nbr");
+  check_dim(nbr, 2, op, "nbr");
+  TORCH_CHECK(num_in >= 0, op, ": num_in must be >= 0, got ", num_in);
+  if (nbr.numel() == 0) return;
+  const int64_t lo = nbr.min().item<int64_t>();
+  TORCH_CHECK(lo >= 0, op, ": nbr contains ", lo, ", expected input rows >= 0 (values >= num_in = ", num_in,
+              " mean no neighbour)");
+}
+
+int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const at::Tensor& pairs,
+                   const at::Tensor& offset_starts, int64_t num_out) {
+  constexpr const char* op = "sparse_conv";
+  TORCH_CHECK(features.scalar_type() == at::kFloat || features.scalar_type() == at::kDouble, op,
+              ": features must be float32 or float64, got ", features.scalar_type());
+  check_dim(features, 2, op, "features");
+  check_dtype(weight, features.scalar_type(), op, "weight");
+  check_dim(weight, 3, op, "weight");
+  check_size(weight, 1, features.size(1), op, "weight", "features.size(1) (Cin)");
+  check_dtype(pairs, at::kLong, op, "pairs");
+  check_dim(pairs, 2, op, "pairs");
+  TORCH_CHECK(pairs.size(0) == 2, op, ": pairs must have shape (2, P) [input row; output row], got ", pairs.sizes());
+  check_dtype(offset_starts, at::kLong, op, "offset_starts");
+  check_dim(offset_starts, 1, op, "offset_starts");
+  const int64_t k = weight.size(0);
+  check_size(offset_starts, 0, k + 1, op, "offset_starts", "weight.size(0) + 1 (K + 1)");
+  for (const auto* t : {&weight, &pairs, &offset_starts})
+    check_same_device(features, *t, op, "features",
+                      t == &weight ? "weight" : (t == &pairs ? "pairs" : "offset_starts"));
+  TORCH_CHECK(num_out >= 0, op, ": num_out must be >= 0, got ", num_out);
+  check_output_rows(num_out, weight.size(2), op, "num_out", "Cout");
+  const int64_t p = pairs.size(1);
+  const at::Tensor starts = offset_starts.cpu().contiguous();
+  const int64_t* s = starts.data_ptr<int64_t>();
+  TORCH_CHECK(s[0] == 0 && s[k] == p, op, ": offset_starts must start at 0 and end at pairs.size(1) (", p,
+              "), got ", s[0], " and ", s[k]);
+  for (int64_t i = 0; i < k; ++i)
+    TORCH_CHECK(s[i] <= s[i + 1], op, ": offset_starts must be non-decreasing, got ", s[i], " then ", s[i + 1],
+                " at offset ", i);
+  check_index_range(pairs.select(0, 0), 0, features.size(0), op, "pairs[0] (input rows)");
+  check_index_range(pairs.select(0, 1), 0, num_out, op, "pairs[1] (output rows)");
+  // Output rows strictly increasing within each offset (so no output row twice: the kernels split an offset's
+  // pairs among threads without atomics). pairs_by_offset produces this order.
+  const at::Tensor outs = pairs.select(0, 1).cpu().contiguous();
+  const int64_t* o = outs.data_ptr<int64_t>();
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = s[i] + 1; j < s[i + 1]; ++j)
+      TORCH_CHECK(o[j] > o[j - 1], op, ": the output rows of offset ", i, " must be strictly increasing (each "
+                  "output row at most once per offset, as pairs_by_offset gives them), got ", o[j - 1], " then ",
+                  o[j], " at pairs[1, ", j - 1, ":", j + 1, "]");
+  return k;
+}
+
+}  // namespace fsdlite::sparse_conv
+
+TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
+  m.def("sparse_conv_pairs(Tensor nbr, int num_in) -> (Tensor, Tensor)");
+  m.def("sparse_conv(Tensor features, Tensor weight, Tensor pairs, Tensor offset_starts, int num_out) -> Tensor");
+}
