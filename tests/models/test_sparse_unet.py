@@ -154,3 +154,22 @@ def test_auto_backend_uses_spconv_on_cuda_and_fsdlite_kernels_agree():
 def test_bad_conv_backend():
     with pytest.raises(ValueError, match=r"conv_backend must be one of \('auto', 'spconv', 'fsdlite'\), got 'cuda'"):
         SparseUNet(5, **GRID, **SMALL, conv_backend='cuda')
+
+
+def test_dynamic_path_calls_the_conv_layers_as_modules():
+    """Inside ``dynamic_path`` every SparseUNet runs on spconv (module hooks see each conv layer: the slim tracer
+    and the cost counter rely on it); the backend chosen before comes back afterwards, also after an error."""
+    from fsdlite.models.detectors.static import dynamic_path
+    outer = torch.nn.Sequential(SparseUNet(5, **GRID, **SMALL), SparseUNet(5, **GRID, **SMALL, conv_backend='fsdlite'))
+    feats, coors = _voxels(30, 9)
+    calls = []
+    outer[0].conv_input[0].register_forward_hook(lambda *args: calls.append(1))
+    outer[0](feats, coors, 2)
+    assert not calls  # 'auto' on CPU: fused kernels, the module itself is not called
+    with pytest.raises(RuntimeError, match='stop'):
+        with dynamic_path(outer):
+            assert [m.conv_backend for m in outer] == ['spconv', 'spconv']
+            outer[0](feats, coors, 2)
+            raise RuntimeError('stop')
+    assert calls == [1]
+    assert [m.conv_backend for m in outer] == ['auto', 'fsdlite']
