@@ -135,7 +135,9 @@ def test_fsdlite_backend_trains_like_spconv():
 
 def test_auto_backend_follows_the_device():
     net = SparseUNet(5, **GRID, **SMALL)
-    assert net.conv_backend == 'auto' and net.resolved_conv_backend(torch.zeros(1, 5)) == 'fsdlite'
+    assert net.conv_backend == 'auto' and net.resolved_conv_backend(torch.zeros(1, 5)) == 'spconv'  # training
+    with torch.no_grad():
+        assert net.resolved_conv_backend(torch.zeros(1, 5)) == 'fsdlite'  # CPU inference
     assert SparseUNet(5, **GRID, **SMALL, conv_backend='spconv').resolved_conv_backend(torch.zeros(1, 5)) == 'spconv'
 
 
@@ -164,12 +166,14 @@ def test_dynamic_path_calls_the_conv_layers_as_modules():
     feats, coors = _voxels(30, 9)
     calls = []
     outer[0].conv_input[0].register_forward_hook(lambda *args: calls.append(1))
-    outer[0](feats, coors, 2)
-    assert not calls  # 'auto' on CPU: fused kernels, the module itself is not called
+    with torch.no_grad():
+        outer[0](feats, coors, 2)
+    assert not calls  # 'auto' for CPU inference: fused kernels, the module itself is not called
     with pytest.raises(RuntimeError, match='stop'):
         with dynamic_path(outer):
             assert [m.conv_backend for m in outer] == ['spconv', 'spconv']
-            outer[0](feats, coors, 2)
+            with torch.no_grad():
+                outer[0](feats, coors, 2)
             raise RuntimeError('stop')
     assert calls == [1]
     assert [m.conv_backend for m in outer] == ['auto', 'fsdlite']
