@@ -19,6 +19,7 @@ from rulebook import voxel_set  # noqa: E402
 
 def work(variant, num_voxels, channels):
     """Zero-arg callable of one submanifold conv with ``variant`` ('fsdlite', 'reference', 'spconv')."""
+    from fsdlite.models.layers.rulebook_conv import kernel_matrices
     from fsdlite.ops import pairs_by_offset, rulebook_subm, sparse_conv
     from fsdlite.ops.sparse_conv.reference import sparse_conv_reference
     coors, shape = voxel_set(num_voxels)
@@ -41,7 +42,7 @@ def work(variant, num_voxels, channels):
                 return layer(tensor).features
         return run
     pairs = pairs_by_offset(rulebook_subm(coors, n, shape, 3), n)
-    matrices = weight.reshape(channels, 27, channels).permute(1, 2, 0).contiguous()
+    matrices = kernel_matrices(weight).contiguous()
     if variant == 'fsdlite':
         return lambda: sparse_conv(feats, matrices, *pairs, n)
     return lambda: sparse_conv_reference(feats, matrices, *pairs, n)

@@ -2,12 +2,13 @@
 voxelization from traveller59/spconv@263d6b4:test/data/test_spconv.pkl), properties, invalid inputs, opcheck,
 CUDA."""
 import itertools
-import pickle
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from _voxel_helpers import voxel_key, waymo_voxels
 
 from fsdlite.ops import ConvRulebook, conv_output_shape, rulebook_conv, rulebook_inverse, rulebook_subm
 from fsdlite.ops.rulebook import reference
@@ -162,9 +163,8 @@ def check_against_spconv(spconv_pairs, coors, shape, k, s, p, d):
     assert m == sp_out.shape[0] and int(res.num_dropped) == 0
     # same output set; map spconv's output rows to ours through the coordinates
     ours = res.out_coors[:m]
-    key = lambda c: ((c[:, 0] * 4096 + c[:, 1]) * 4096 + c[:, 2]) * 4096 + c[:, 3]  # noqa: E731
-    assert bool((key(ours)[1:] > key(ours)[:-1]).all()), 'outputs must be sorted by (b, z, y, x)'
-    pos = torch.searchsorted(key(ours), key(sp_out))
+    assert bool((voxel_key(ours)[1:] > voxel_key(ours)[:-1]).all()), 'outputs must be sorted by (b, z, y, x)'
+    pos = torch.searchsorted(voxel_key(ours), voxel_key(sp_out))
     assert torch.equal(ours[pos], sp_out)
     assert torch.equal(nbr_codes(res.nbr, padded.shape[0], m), pair_codes(ins, pos[outs], ks, kv, m))
     inv = rulebook_inverse(res.nbr, padded.shape[0])
@@ -178,17 +178,6 @@ def check_against_spconv(spconv_pairs, coors, shape, k, s, p, d):
 def test_matches_spconv_indice_pairs_random(spconv_pairs, k, s, p, d):
     coors, n = random_voxels((7, 12, 10), batches=2, density=0.25, seed=k * 10 + s)
     check_against_spconv(spconv_pairs, coors[:n], (7, 12, 10), k, s, p, d)
-
-
-def waymo_voxels(shared_data, crop=None):
-    _, coors, shape = pickle.load(open(shared_data / 'spconv_waymo' / 'test_spconv.pkl', 'rb'))
-    coors = torch.from_numpy(coors).long()
-    if crop:
-        keep = (coors[:, 2] >= 600) & (coors[:, 2] < 600 + crop) & (coors[:, 3] >= 700) & (coors[:, 3] < 700 + crop)
-        coors = coors[keep]
-        coors[:, 2:] -= torch.tensor([600, 700])
-        shape = [shape[0], crop, crop]
-    return coors, list(shape)
 
 
 @pytest.mark.parametrize('k, s, p', [(3, 1, 1), (3, 2, 1)])

@@ -1,13 +1,14 @@
 """sparse_conv: pairs of real rulebooks vs the pure-torch reference, convolution vs the reference and vs spconv
 (random voxels and the Waymo voxelization from traveller59/spconv@263d6b4:test/data/test_spconv.pkl), gradients
 (gradcheck in float64), properties, thread-count independence, invalid inputs, opcheck, CUDA."""
-import pickle
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _voxel_helpers import voxel_key, waymo_voxels
+
+from fsdlite.models.layers.rulebook_conv import kernel_matrices
 from fsdlite.ops import OffsetPairs, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv, transpose_pairs
 from fsdlite.ops.sparse_conv.reference import pairs_by_offset_reference, sparse_conv_reference
 from fsdlite.utils import compat
@@ -31,11 +32,6 @@ def strided_pairs(coors, shape):
     res = rulebook_conv(coors, n, shape, 3, 2, 1, max_out=8 * n)
     m = int(res.num_valid_out)
     return pairs_by_offset(res.nbr[:m], n), m, res.out_coors[:m]
-
-
-def spconv_weight_as_kcc(weight):
-    """spconv (Cout, kz, ky, kx, Cin) -> (K, Cin, Cout)."""
-    return weight.reshape(weight.shape[0], -1, weight.shape[-1]).permute(1, 2, 0)
 
 
 # ----------------------------------------------------------------------------------------------- pairs
@@ -139,19 +135,10 @@ def run_spconv(spconv, module, feats, coors, shape):
     return out.features, out.indices.long()
 
 
-def waymo_crop(shared_data, crop=300):
-    _, coors, shape = pickle.load(open(shared_data / 'spconv_waymo' / 'test_spconv.pkl', 'rb'))
-    coors = torch.from_numpy(coors).long()
-    keep = (coors[:, 2] >= 600) & (coors[:, 2] < 600 + crop) & (coors[:, 3] >= 700) & (coors[:, 3] < 700 + crop)
-    coors = coors[keep]
-    coors[:, 2:] -= torch.tensor([600, 700])
-    return coors, (shape[0], crop, crop)
-
-
 @pytest.mark.parametrize('source', ['random', 'waymo'])
 def test_matches_spconv_subm_and_strided(spconv, shared_data, source):
     coors, shape = (random_voxels((7, 12, 10), seed=9), (7, 12, 10)) if source == 'random' else \
-        waymo_crop(shared_data)
+        waymo_voxels(shared_data, crop=300)
     n = coors.shape[0]
     if source == 'waymo':
         assert n > 3000
@@ -164,14 +151,13 @@ def test_matches_spconv_subm_and_strided(spconv, shared_data, source):
             for p in m.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     want, _ = run_spconv(spconv, subm, feats, coors, shape)
-    got = sparse_conv(feats, spconv_weight_as_kcc(subm.weight), *subm_pairs(coors, shape), n, bias=subm.bias)
+    got = sparse_conv(feats, kernel_matrices(subm.weight), *subm_pairs(coors, shape), n, bias=subm.bias)
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
     want, want_coors = run_spconv(spconv, down, feats, coors, shape)
     pairs, m, out_coors = strided_pairs(coors, shape)
-    got = sparse_conv(feats, spconv_weight_as_kcc(down.weight), *pairs, m)
+    got = sparse_conv(feats, kernel_matrices(down.weight), *pairs, m)
     assert m == want.shape[0]
-    key = lambda c: ((c[:, 0] * 4096 + c[:, 1]) * 4096 + c[:, 2]) * 4096 + c[:, 3]  # noqa: E731
-    rows = torch.searchsorted(key(out_coors), key(want_coors))  # our outputs are sorted by coordinate
+    rows = torch.searchsorted(voxel_key(out_coors), voxel_key(want_coors))  # our outputs are sorted by coordinate
     assert torch.equal(out_coors[rows], want_coors)
     assert torch.allclose(got[rows], want, atol=1e-4, rtol=1e-4)
 

@@ -271,26 +271,41 @@ class SparseUNet(nn.Module):
         layout = self.rulebook_layout(max_voxels)
         if len(nbrs) != len(layout):
             raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
-        built, strided, lists, dropped = {}, {}, [], {}
-        for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
-            if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
-                lists.append(strided[slot][[1, 0, 2]])
-                continue
+
+        def build(nbr, kind, slot, num_in, num_out):
             if nbr is None:
                 raise ValueError(f'build_pair_lists: the map of a {kind} conv (slot {slot}) is missing; only inverse '
                                  'maps may be left out (build_rulebooks(inverse_maps=False)), after their strided conv')
             if nbr.shape[0] != num_out:
                 raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
-            if id(nbr) not in built:
-                built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
-                                                bound_name=f'{bound_name}[{slot}]')
-            pl = built[id(nbr)]
+            return pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict, bound_name=f'{bound_name}[{slot}]')
+
+        # an inverse conv takes the strided conv's pairs with input and output swapped
+        lists = self._pairs_per_conv(nbrs, layout, build, lambda pl, _: pl._replace(pairs=pl.pairs[[1, 0, 2]]))
+        dropped = {}
+        for pl, (_, slot, _, _) in zip(lists, layout):
             dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
-            if kind == 'conv':
-                strided[slot] = pl.pairs
-            lists.append(pl.pairs)
         zero = torch.zeros((), dtype=torch.long, device=nbrs[0].device if len(nbrs) else None)
-        return lists, torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
+        dropped = torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
+        return [pl.pairs for pl in lists], dropped
+
+    @staticmethod
+    def _pairs_per_conv(nbrs, layout, build, transpose):
+        """Pairs of every conv in execution order: ``build(nbr, *layout entry)`` once per distinct map (convs
+        sharing a map share the result), ``transpose(pairs of its strided conv, layout entry)`` for an inverse conv
+        that follows its strided conv (``layout``: :meth:`rulebook_layout`)."""
+        built, strided, pairs = {}, {}, []
+        for nbr, entry in zip(nbrs, layout):
+            kind, slot = entry[:2]
+            if kind == 'inverse' and slot in strided:
+                pairs.append(transpose(strided[slot], entry))
+                continue
+            if id(nbr) not in built:
+                built[id(nbr)] = build(nbr, *entry)
+            if kind == 'conv':
+                strided[slot] = built[id(nbr)]
+            pairs.append(built[id(nbr)])
+        return pairs
 
     def forward_rulebook(self, voxel_feats, nbrs, max_voxels=None):
         """Fixed-shape forward: every conv as a gather-GEMM over its neighbour map, spconv's weights unchanged.
@@ -356,17 +371,10 @@ class SparseUNet(nn.Module):
 
         from ..layers.rulebook_conv import conv_geometry, kernel_matrices
         nbrs, counts = self.exact_rulebooks(voxel_coors.long(), voxel_feats.shape[0])
-        built, strided, convs = {}, {}, []
-        for nbr, (kind, slot, num_in, num_out) in zip(nbrs, self.rulebook_layout(counts)):
-            if kind == 'inverse':
-                convs.append((transpose_pairs(strided[slot], num_out), num_out))
-                continue
-            if id(nbr) not in built:
-                built[id(nbr)] = pairs_by_offset(nbr[:num_out], num_in)
-            if kind == 'conv':
-                strided[slot] = built[id(nbr)]
-            convs.append((built[id(nbr)], num_out))
-        plan = iter(convs)
+        layout = self.rulebook_layout(counts)
+        pairs = self._pairs_per_conv(nbrs, layout, lambda nbr, kind, slot, num_in, num_out: pairs_by_offset(
+            nbr[:num_out], num_in), lambda strided, entry: transpose_pairs(strided, entry[3]))
+        plan = iter(zip(pairs, [entry[3] for entry in layout]))
 
         def conv(module, x):
             pairs, num_out = next(plan)
