@@ -16,6 +16,10 @@ voxels inside ``spatial_shape``; padding rows are ignored and never referenced. 
   outputs beyond ``max_out`` are dropped from the end and counted;
 * inverse (``SparseInverseConv3d``): the transposed pairs of a strided map; its outputs are the strided
   conv's input rows.
+
+:func:`subm_offset_pairs` and :func:`conv_offset_pairs` build the same rulebooks for unpadded voxels (every row
+valid, exact output count) directly as offset-grouped pairs, the input of :func:`fsdlite.ops.sparse_conv` (eager
+inference), without a neighbour map in between.
 """
 from typing import NamedTuple
 
@@ -51,6 +55,20 @@ def _conv_fake(coors, num_valid, spatial_shape, kernel_size, stride, padding, di
 @_checks.register_fake('fsdlite::rulebook_pairs')
 def _pairs_fake(nbr, num_in, capacity, tile):
     return nbr.new_empty((3, capacity)), nbr.new_empty(()), nbr.new_empty(())
+
+
+@_checks.register_fake('fsdlite::rulebook_subm_pairs')
+def _subm_pairs_fake(coors, spatial_shape, kernel_size, dilation):
+    num_pairs = torch.library.get_ctx().new_dynamic_size()
+    return coors.new_empty((2, num_pairs)), coors.new_empty((kernel_size[0] * kernel_size[1] * kernel_size[2] + 1,))
+
+
+@_checks.register_fake('fsdlite::rulebook_conv_pairs')
+def _conv_pairs_fake(coors, spatial_shape, kernel_size, stride, padding, dilation):
+    ctx = torch.library.get_ctx()
+    num_out, num_pairs = ctx.new_dynamic_size(), ctx.new_dynamic_size()
+    k = kernel_size[0] * kernel_size[1] * kernel_size[2]
+    return coors.new_empty((num_out, 4)), coors.new_empty((2, num_pairs)), coors.new_empty((k + 1,))
 
 
 @_checks.register_fake('fsdlite::rulebook_inverse')
@@ -203,5 +221,58 @@ def rulebook_pairs(nbr, num_in, capacity, tile=128):
     return RulebookPairs(*torch.ops.fsdlite.rulebook_pairs(nbr.long(), num_in, capacity, tile))
 
 
+def _geometry_args(op, kernel_size, stride, padding, dilation):
+    return (_checks.int_sequence(op, 'kernel_size', kernel_size, 3, minimum=1),
+            _checks.int_sequence(op, 'stride', stride, 3, minimum=1),
+            _checks.int_sequence(op, 'padding', padding, 3, minimum=0),
+            _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1))
+
+
+def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
+    """Pairs of a submanifold sparse conv (spconv ``SubMConv3d``) grouped by kernel offset, from unpadded voxels.
+
+    Args:
+        coors (Tensor): (V, 4) int64/int32 ``[b, z, y, x]``, unique rows (all valid).
+        spatial_shape (Sequence[int]): grid ``(nz, ny, nx)``.
+        kernel_size (int | Sequence[int]): odd sizes (z, y, x).
+        dilation (int | Sequence[int]): >= 1.
+    Returns:
+        OffsetPairs: ``pairs`` (2, P) int64 ``[input row; output row]`` and ``offset_starts`` (K + 1,) for
+        :func:`fsdlite.ops.sparse_conv` with ``num_out = V``: the entries of :func:`rulebook_subm`'s map in
+        offset-major, output-row order. When ``coors`` are sorted by ``(b, z, y, x)`` the input rows of an offset
+        ascend too (then only half of the offsets are looked up: offset K-1-k is offset k swapped).
+    """
+    from ..sparse_conv import OffsetPairs
+    op = 'subm_offset_pairs'
+    coors, _, shape = _coors_and_count(op, coors, coors.shape[0] if isinstance(coors, torch.Tensor) else 0,
+                                       spatial_shape)
+    k, _, _, d = _geometry_args(op, kernel_size, 1, 0, dilation)
+    if any(v % 2 == 0 for v in k):
+        raise ValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
+    return OffsetPairs(*torch.ops.fsdlite.rulebook_subm_pairs(coors, shape, k, d))
+
+
+def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, dilation=1):
+    """Output voxels and offset-grouped pairs of a strided sparse conv (spconv ``SparseConv3d``), unpadded.
+
+    Args:
+        coors, spatial_shape: unpadded input voxels (as :func:`subm_offset_pairs`).
+        kernel_size, stride, padding, dilation (int | Sequence[int]): conv geometry (z, y, x).
+    Returns:
+        tuple: ``out_coors`` (M, 4) int64, every output voxel sorted by ``(b, z, y, x)`` (:func:`rulebook_conv`'s
+        outputs, none dropped), and OffsetPairs ``(pairs (2, P), offset_starts (K + 1,))`` with output rows
+        ascending within an offset (input rows too when ``coors`` are sorted: swapped, they are the inverse conv's
+        pairs).
+    """
+    from ..sparse_conv import OffsetPairs
+    op = 'conv_offset_pairs'
+    coors, _, shape = _coors_and_count(op, coors, coors.shape[0] if isinstance(coors, torch.Tensor) else 0,
+                                       spatial_shape)
+    k, s, p, d = _geometry_args(op, kernel_size, stride, padding, dilation)
+    conv_output_shape(shape, k, s, p, d)
+    out_coors, pairs, starts = torch.ops.fsdlite.rulebook_conv_pairs(coors, shape, k, s, p, d)
+    return out_coors, OffsetPairs(pairs, starts)
+
+
 __all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse', 'RulebookPairs',
-           'rulebook_pairs']
+           'rulebook_pairs', 'subm_offset_pairs', 'conv_offset_pairs']

@@ -101,3 +101,20 @@ def rulebook_pairs_reference(nbr, num_in, capacity, tile):
     tile_offset = torch.cat([tile_offset, tile_offset.new_zeros(capacity // tile - tile_offset.numel())])
     pairs[2] = tile_offset.repeat_interleave(tile)
     return pairs, torch.tensor(k_idx.numel()), keep.sum()
+
+
+def subm_offset_pairs_reference(coors, spatial_shape, kernel_size, dilation):
+    """``(pairs, offset_starts)`` of :func:`fsdlite.ops.subm_offset_pairs` (every row valid)."""
+    from ..sparse_conv.reference import pairs_by_offset_reference
+    n = coors.shape[0]
+    return pairs_by_offset_reference(rulebook_subm_reference(coors, n, spatial_shape, kernel_size, dilation), n)
+
+
+def conv_offset_pairs_reference(coors, spatial_shape, kernel_size, stride, padding, dilation):
+    """``(out_coors, pairs, offset_starts)`` of :func:`fsdlite.ops.conv_offset_pairs` (every row valid)."""
+    from ..sparse_conv.reference import pairs_by_offset_reference
+    n = coors.shape[0]
+    bound = n * kernel_offsets(kernel_size).shape[0]  # every (input, offset) pair could make its own output
+    out, kept, _, nbr = rulebook_conv_reference(coors, n, spatial_shape, kernel_size, stride, padding, dilation, bound)
+    kept = int(kept)
+    return (out[:kept], *pairs_by_offset_reference(nbr[:kept], n))

@@ -152,4 +152,10 @@ TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
   m.def(
       "rulebook_pairs(Tensor nbr, int num_in, int capacity, int tile) -> "
       "(Tensor pairs, Tensor num_pairs, Tensor num_placed)");
+  m.def(
+      "rulebook_subm_pairs(Tensor coors, int[] spatial_shape, int[] kernel_size, int[] dilation) -> "
+      "(Tensor pairs, Tensor offset_starts)");
+  m.def(
+      "rulebook_conv_pairs(Tensor coors, int[] spatial_shape, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation) -> (Tensor out_coors, Tensor pairs, Tensor offset_starts)");
 }

@@ -13,6 +13,10 @@
 //   pairs:       the real pairs of a map as a list grouped by offset (offset-major, then output row), each
 //                offset's pairs starting a new tile of `tile` rows; rows [0] input, [1] output, [2] offset of
 //                the tile (0 in unused tiles); pairs whose position reaches `capacity` are dropped (counted).
+//   offset pairs: rulebook_subm_pairs / rulebook_conv_pairs take unpadded voxels (every row valid) and return
+//                the pairs grouped by offset as sparse_conv uses them: (2, P) [input row; output row] and (K + 1,)
+//                offset starts, output rows strictly increasing within an offset (a strided conv also returns its
+//                exact output voxels, sorted by key).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -46,7 +46,20 @@ def _offset_of_pairs(offset_starts):
     return torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
 
 
+def _inputs_ascending(pairs, offset_starts):
+    """True when the input rows strictly ascend within every offset (then the swapped pairs are already grouped and
+    ordered as :func:`sparse_conv` needs: the case of rulebooks built from voxels sorted by (b, z, y, x))."""
+    num = pairs.shape[1]
+    if num < 2:
+        return True
+    offset_first = torch.zeros(num, dtype=torch.bool, device=pairs.device)
+    offset_first[offset_starts[:-1].clamp(max=num - 1)] = True
+    return bool(((pairs[0, 1:] > pairs[0, :-1]) | offset_first[1:]).all())
+
+
 def _transposed(pairs, offset_starts, num_in, op):
+    if _inputs_ascending(pairs, offset_starts):
+        return pairs.flip(0)
     key = _offset_of_pairs(offset_starts) * max(int(num_in), 1) + pairs[0]
     key, order = torch.sort(key)
     repeated = torch.nonzero(key[1:] == key[:-1])

@@ -337,29 +337,41 @@ class SparseUNet(nn.Module):
         return self._run_convs(voxel_feats, conv)
 
     # ------------------------------------------------------------------ eager path on fsdlite's own kernels
-    def exact_rulebooks(self, voxel_coors, num_voxels):
-        """Neighbour maps of :meth:`build_rulebooks` with every level's exact voxel count (strided convs first get
-        twice their input voxels as room; a level that needs more is rebuilt with its exact count).
+    def offset_pairs(self, voxel_coors):
+        """Offset-grouped pairs (``fsdlite.ops.sparse_conv``'s input) of every conv, built straight from the
+        voxels: one submanifold rulebook per level and kernel, one per strided conv (its exact output voxels make
+        the next level), and each inverse conv takes its strided conv's pairs transposed.
 
         Args:
-            voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]``, unique rows.
-            num_voxels (int): V.
+            voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
         Returns:
-            tuple: list of neighbour maps (execution order, inverse convs ``None``; rows beyond a level's count and
-            entries ``>=`` the input level's count are empty) and the list of voxel counts per level (ints).
+            list: ``(OffsetPairs, output rows)`` of every conv in execution order.
         """
-        bounds = [num_voxels] + [2 * num_voxels] * (len(self.encoder) - 1)
-        while True:
-            nbrs, counts, dropped = self.build_rulebooks(voxel_coors, num_voxels, bounds, strict=False,
-                                                         inverse_maps=False)
-            dropped = [int(d) for d in dropped]
-            if not any(dropped):
-                return nbrs, [int(c) for c in counts]
-            level = next(s for s, d in enumerate(dropped) if d)  # deeper levels were built from a cut level
-            bounds[level] = int(counts[level]) + dropped[level]
+        from fsdlite.ops import conv_offset_pairs, conv_output_shape, subm_offset_pairs, transpose_pairs
+
+        from ..layers.rulebook_conv import conv_geometry
+        levels = [(voxel_coors.long(), tuple(self.sparse_shape))]
+        subm, strided, plan = {}, {}, []
+        for block, s in self._blocks():
+            g = conv_geometry(block[0])
+            if g.kind == 'subm':
+                key = (s, g.kernel_size, g.dilation)
+                if key not in subm:
+                    subm[key] = subm_offset_pairs(*levels[s], g.kernel_size, g.dilation)
+                plan.append((subm[key], levels[s][0].shape[0]))
+            elif g.kind == 'conv':
+                coors, shape = levels[s - 1]
+                out_coors, pairs = conv_offset_pairs(coors, shape, g.kernel_size, g.stride, g.padding, g.dilation)
+                levels.append((out_coors, conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation)))
+                strided[s] = pairs
+                plan.append((pairs, out_coors.shape[0]))
+            else:
+                num_out = levels[s - 1][0].shape[0]
+                plan.append((transpose_pairs(strided[s], num_out), num_out))
+        return plan
 
     def forward_fused(self, voxel_feats, voxel_coors):
-        """Eager forward on :meth:`exact_rulebooks` and ``fsdlite.ops.sparse_conv`` (``conv_backend='fsdlite'``).
+        """Eager forward on :meth:`offset_pairs` and ``fsdlite.ops.sparse_conv`` (``conv_backend='fsdlite'``).
 
         Args:
             voxel_feats (Tensor): (V, in_channels) float32/float64 features.
@@ -367,21 +379,24 @@ class SparseUNet(nn.Module):
         Returns:
             Tensor: (V, out_channels), row-aligned with the input.
         """
-        from fsdlite.ops import pairs_by_offset, sparse_conv, transpose_pairs
+        from fsdlite.ops import sparse_conv
 
         from ..layers.rulebook_conv import conv_geometry, kernel_matrices
-        nbrs, counts = self.exact_rulebooks(voxel_coors.long(), voxel_feats.shape[0])
-        layout = self.rulebook_layout(counts)
-        pairs = self._pairs_per_conv(nbrs, layout, lambda nbr, kind, slot, num_in, num_out: pairs_by_offset(
-            nbr[:num_out], num_in), lambda strided, entry: transpose_pairs(strided, entry[3]))
-        plan = iter(zip(pairs, [entry[3] for entry in layout]))
+        coors = voxel_coors.long()
+        nz, ny, nx = self.sparse_shape
+        key = ((coors[:, 0] * nz + coors[:, 1]) * ny + coors[:, 2]) * nx + coors[:, 3]
+        order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
+        if order is not None:  # sorted voxels take the rulebook ops' fast paths; rows are restored at the end
+            coors, voxel_feats = coors.index_select(0, order), voxel_feats.index_select(0, order)
+        plan = iter(self.offset_pairs(coors))
 
         def conv(module, x):
             pairs, num_out = next(plan)
             weight = kernel_matrices(module.weight, conv_geometry(module).one_by_one)
             return sparse_conv(x, weight, *pairs, num_out, bias=module.bias)
 
-        return self._run_convs(voxel_feats, conv)
+        out = self._run_convs(voxel_feats, conv)
+        return out if order is None else torch.empty_like(out).index_copy_(0, order, out)
 
     def _run_convs(self, voxel_feats, conv):
         """The UNet on plain (rows, C) tensors; ``conv(module, x)`` runs the first layer of every block."""
