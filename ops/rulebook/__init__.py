@@ -221,6 +221,12 @@ def rulebook_pairs(nbr, num_in, capacity, tile=128):
     return RulebookPairs(*torch.ops.fsdlite.rulebook_pairs(nbr.long(), num_in, capacity, tile))
 
 
+def _unpadded_coors(op, coors, spatial_shape):
+    """int64 coordinates and the grid; value ranges and duplicates are checked by the C++ op (one pass)."""
+    _checks.tensor(op, 'coors', coors, dtypes=_checks.INDEX_DTYPES, dim=2, size={1: (4, '[b, z, y, x]')})
+    return coors.long(), _checks.int_sequence(op, 'spatial_shape', spatial_shape, 3, minimum=1)
+
+
 def _geometry_args(op, kernel_size, stride, padding, dilation):
     return (_checks.int_sequence(op, 'kernel_size', kernel_size, 3, minimum=1),
             _checks.int_sequence(op, 'stride', stride, 3, minimum=1),
@@ -244,8 +250,7 @@ def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
     """
     from ..sparse_conv import OffsetPairs
     op = 'subm_offset_pairs'
-    coors, _, shape = _coors_and_count(op, coors, coors.shape[0] if isinstance(coors, torch.Tensor) else 0,
-                                       spatial_shape)
+    coors, shape = _unpadded_coors(op, coors, spatial_shape)
     k, _, _, d = _geometry_args(op, kernel_size, 1, 0, dilation)
     if any(v % 2 == 0 for v in k):
         raise ValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
@@ -266,8 +271,7 @@ def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, di
     """
     from ..sparse_conv import OffsetPairs
     op = 'conv_offset_pairs'
-    coors, _, shape = _coors_and_count(op, coors, coors.shape[0] if isinstance(coors, torch.Tensor) else 0,
-                                       spatial_shape)
+    coors, shape = _unpadded_coors(op, coors, spatial_shape)
     k, s, p, d = _geometry_args(op, kernel_size, stride, padding, dilation)
     conv_output_shape(shape, k, s, p, d)
     out_coors, pairs, starts = torch.ops.fsdlite.rulebook_conv_pairs(coors, shape, k, s, p, d)

@@ -4,7 +4,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "rulebook.h"
@@ -42,25 +44,58 @@ inline KeyTable input_table(const at::Tensor& coors, const Geometry& g, const ch
   return table;
 }
 
-// fn(output key (encode), offset k) for every output cell of a strided conv that input voxel r feeds.
-template <typename Fn>
-void for_each_output(const int64_t* r, const Geometry& g, const Fn& fn) {
-  int64_t out[3][1024], kidx[3][1024];  // per axis: reachable output coordinates and their kernel indices
-  int64_t count[3] = {0, 0, 0};
-  for (int a = 0; a < 3; ++a) {
-    for (int64_t kk = 0; kk < g.kernel[a]; ++kk) {
-      const int64_t o = output_coordinate(r[a + 1], kk, a, g);
-      if (o >= 0) {
-        out[a][count[a]] = o;
-        kidx[a][count[a]++] = kk;
+// The output cells of a strided conv an input voxel feeds, with one division per axis: with
+// t = c + padding = q * stride + rho, the kernel indices k with rho - k * dilation = 0 (mod stride) are
+// first[rho], first[rho] + period, ..., feeding output coordinates q + base[rho], then step lower each.
+class OutputReach {
+ public:
+  explicit OutputReach(const Geometry& g) : g_(g) {
+    for (int a = 0; a < 3; ++a) {
+      Axis& ax = axis_[a];
+      const int64_t s = g.stride[a], d = g.dilation[a];
+      const int64_t gcd = std::gcd(s, d);
+      ax.period = s / gcd;
+      ax.step = d / gcd;
+      ax.first.assign(s, g.kernel[a]);  // kernel size: no kernel index reaches an output
+      ax.base.assign(s, 0);
+      for (int64_t kk = 0; kk < std::min(g.kernel[a], ax.period); ++kk) {
+        const int64_t rho = (kk * d) % s;
+        ax.first[rho] = kk;
+        ax.base[rho] = (rho - kk * d) / s;
       }
     }
   }
-  for (int64_t z = 0; z < count[0]; ++z)
-    for (int64_t y = 0; y < count[1]; ++y)
-      for (int64_t x = 0; x < count[2]; ++x)
-        fn(encode(r[0], out[0][z], out[1][y], out[2][x], g.out_shape),
-           (kidx[0][z] * g.kernel[1] + kidx[1][y]) * g.kernel[2] + kidx[2][x]);
-}
+
+  // fn(output key (encode), offset k) for every output cell input voxel r (b, z, y, x) feeds.
+  template <typename Fn>
+  void for_each(const int64_t* r, const Fn& fn) const {
+    int64_t out[3][1024], kidx[3][1024];  // per axis: reachable output coordinates and their kernel indices
+    int64_t count[3] = {0, 0, 0};
+    for (int a = 0; a < 3; ++a) {
+      const Axis& ax = axis_[a];
+      const int64_t t = r[a + 1] + g_.padding[a], q = t / g_.stride[a], rho = t - q * g_.stride[a];
+      int64_t o = q + ax.base[rho];
+      for (int64_t kk = ax.first[rho]; kk < g_.kernel[a]; kk += ax.period, o -= ax.step) {
+        if (o >= 0 && o < g_.out_shape[a]) {
+          out[a][count[a]] = o;
+          kidx[a][count[a]++] = kk;
+        }
+      }
+    }
+    for (int64_t z = 0; z < count[0]; ++z)
+      for (int64_t y = 0; y < count[1]; ++y)
+        for (int64_t x = 0; x < count[2]; ++x)
+          fn(encode(r[0], out[0][z], out[1][y], out[2][x], g_.out_shape),
+             (kidx[0][z] * g_.kernel[1] + kidx[1][y]) * g_.kernel[2] + kidx[2][x]);
+  }
+
+ private:
+  struct Axis {
+    int64_t period, step;
+    std::vector<int64_t> first, base;  // per residue rho in [0, stride)
+  };
+  const Geometry& g_;
+  Axis axis_[3];
+};
 
 }  // namespace fsdlite::rulebook

@@ -9,6 +9,7 @@
 // holds offset k's pairs swapped), and the pairs of a strided conv, swapped, are already those of its inverse conv.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <torch/library.h>
 
@@ -80,10 +81,9 @@ struct OffsetSource {
 };
 
 // (2, P) [input row; output row] and (K + 1,) starts from per-(chunk, list offset) lists of (out, in) pairs.
-// With sort_outputs, each offset's pairs are sorted by output row (inputs in any order).
 std::tuple<at::Tensor, at::Tensor> join(const std::vector<PairList>& lists, int64_t num_lists,
                                         const std::vector<OffsetSource>& sources, int64_t identity_rows,
-                                        bool sort_outputs, const at::TensorOptions& opts) {
+                                        const at::TensorOptions& opts) {
   const int64_t kv = static_cast<int64_t>(sources.size());
   const int64_t chunks = num_lists ? static_cast<int64_t>(lists.size()) / num_lists : 0;
   at::Tensor starts = at::empty({kv + 1}, opts);
@@ -117,15 +117,17 @@ std::tuple<at::Tensor, at::Tensor> join(const std::vector<PairList>& lists, int6
           in[p] = swapped ? l[e] : l[e + 1];
         }
       }
-      if (sort_outputs && s[k + 1] - s[k] > 1) {
-        std::vector<std::pair<int64_t, int64_t>> tmp(s[k + 1] - s[k]);
-        for (int64_t q = s[k]; q < s[k + 1]; ++q) tmp[q - s[k]] = {out[q], in[q]};
-        std::sort(tmp.begin(), tmp.end());
-        for (int64_t q = s[k]; q < s[k + 1]; ++q) std::tie(out[q], in[q]) = tmp[q - s[k]];
-      }
     }
   });
   return {pairs, starts};
+}
+
+// Sorts the pairs [lo, hi) by output row (unsorted inputs).
+void sort_by_output(int64_t* in, int64_t* out, int64_t lo, int64_t hi) {
+  std::vector<std::pair<int64_t, int64_t>> tmp(hi - lo);
+  for (int64_t q = lo; q < hi; ++q) tmp[q - lo] = {out[q], in[q]};
+  std::sort(tmp.begin(), tmp.end());
+  for (int64_t q = lo; q < hi; ++q) std::tie(out[q], in[q]) = tmp[q - lo];
 }
 
 // Per-axis shift of offset k of a submanifold kernel.
@@ -228,7 +230,7 @@ std::tuple<at::Tensor, at::Tensor> rulebook_subm_pairs_cpu(const at::Tensor& coo
   } else {
     hashed_subm_lookups(coors, g, lists, looked_up);
   }
-  return join(lists, num_lists, sources, n, false, coors.options());
+  return join(lists, num_lists, sources, n, coors.options());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rulebook_conv_pairs_cpu(
@@ -247,8 +249,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rulebook_conv_pairs_cpu(
   std::vector<int64_t> reach_key, reach_offset, reach_start(n + 1, 0);
   reach_key.reserve(n * 4);
   reach_offset.reserve(n * 4);
+  const OutputReach reach(g);
   for (int64_t i = 0; i < n; ++i) {
-    for_each_output(c + 4 * i, g, [&](int64_t key, int64_t k) {
+    reach.for_each(c + 4 * i, [&](int64_t key, int64_t k) {
       reach_key.push_back(key);
       reach_offset.push_back(k);
     });
@@ -260,30 +263,59 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rulebook_conv_pairs_cpu(
   const int64_t num_out = static_cast<int64_t>(keys.size());
   at::Tensor out_coors = at::empty({num_out, 4}, coors.options());
   int64_t* oc = out_coors.data_ptr<int64_t>();
-  for (int64_t r = 0; r < num_out; ++r) decode(keys[r], g.out_shape, oc + 4 * r);
-  // The output row of each (input, offset): with sorted inputs an offset's output keys ascend, so one pointer per
-  // offset walks the output keys; otherwise a binary search.
-  std::vector<PairList> lists(((n + kChunk - 1) / kChunk) * kv);
-  for_each_chunk(n, [&](int64_t ch, int64_t begin, int64_t end) {
-    std::vector<int64_t> pos(kv, -1);
-    for (int64_t i = begin; i < end; ++i) {
-      for (int64_t e = reach_start[i]; e < reach_start[i + 1]; ++e) {
-        const int64_t key = reach_key[e], k = reach_offset[e];
-        int64_t& p = pos[k];
-        if (sorted && p >= 0) {
-          while (keys[p] < key) ++p;
-        } else {
-          p = std::lower_bound(keys.begin(), keys.end(), key) - keys.begin();
-        }
-        PairList& list = lists[ch * kv + k];
-        list.push_back(p);
-        list.push_back(i);
-      }
+  for (int64_t r = 0; r < num_out; ++r) {  // ascending keys: a step along x needs no division
+    int64_t* o = oc + 4 * r;
+    const int64_t step = r > 0 ? keys[r] - keys[r - 1] : -1;
+    if (step > 0 && o[-1] + step < g.out_shape[2]) {
+      o[0] = o[-4];
+      o[1] = o[-3];
+      o[2] = o[-2];
+      o[3] = o[-1] + step;
+    } else {
+      decode(keys[r], g.out_shape, o);
     }
-  });
-  std::vector<OffsetSource> sources(kv);
-  for (int64_t k = 0; k < kv; ++k) sources[k] = {OffsetSource::kList, k};
-  auto [pairs, starts] = join(lists, kv, sources, 0, !sorted, coors.options());
+  }
+  // The output row of each reach: with sorted inputs an offset's output keys ascend, so each offset searches forward
+  // from its previous row (galloping: O(log gap)); otherwise a binary search over all outputs.
+  const int64_t total = reach_start[n];
+  std::vector<int64_t> reach_row(total);
+  std::vector<int64_t> pos(kv, 0);
+  for (int64_t e = 0; e < total; ++e) {
+    const int64_t key = reach_key[e];
+    int64_t& p = pos[reach_offset[e]];
+    int64_t hi = num_out;
+    if (sorted && keys[p] < key) {
+      int64_t step = 1;
+      while (p + step < num_out && keys[p + step] < key) {
+        p += step;
+        step *= 2;
+      }
+      hi = std::min(num_out, p + step + 1);
+    } else if (!sorted) {
+      p = 0;
+    }
+    p = std::lower_bound(keys.begin() + p, keys.begin() + hi, key) - keys.begin();
+    reach_row[e] = p;
+  }
+  // every reach is a pair: grouped by offset with a counting sort (input order kept within an offset)
+  at::Tensor starts = at::zeros({kv + 1}, coors.options());
+  int64_t* st = starts.data_ptr<int64_t>();
+  for (int64_t e = 0; e < total; ++e) ++st[reach_offset[e] + 1];
+  for (int64_t k = 0; k < kv; ++k) st[k + 1] += st[k];
+  at::Tensor pairs = at::empty({2, total}, coors.options());
+  int64_t* in = pairs.data_ptr<int64_t>();
+  int64_t* out = in + total;
+  std::vector<int64_t> next(st, st + kv);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t e = reach_start[i]; e < reach_start[i + 1]; ++e) {
+      const int64_t q = next[reach_offset[e]]++;
+      in[q] = i;
+      out[q] = reach_row[e];
+    }
+  }
+  if (!sorted) {
+    for (int64_t k = 0; k < kv; ++k) sort_by_output(in, out, st[k], st[k + 1]);
+  }
   return {out_coors, pairs, starts};
 }
 

@@ -74,8 +74,9 @@ at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_val
 std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
   KeyTable seen(g.num_valid * outputs_per_input(g));
   std::vector<int64_t> unique;
+  const OutputReach reach(g);
   for (int64_t i = 0; i < g.num_valid; ++i) {
-    for_each_output(c + 4 * i, g, [&](int64_t key, int64_t) {
+    reach.for_each(c + 4 * i, [&](int64_t key, int64_t) {
       if (seen.insert(key, 0) < 0) unique.push_back(key);
     });
   }
@@ -89,9 +90,10 @@ std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
 // and input rows may be split among threads. `rows` maps output keys (encode) to rows < kept.
 void fill_from_inputs(const int64_t* c, const Geometry& g, const TableView& rows, int64_t kept, int64_t* nbr) {
   const int64_t kv = g.kernel_volume;
+  const OutputReach reach(g);
   at::parallel_for(0, g.num_valid, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      for_each_output(c + 4 * i, g, [&](int64_t key, int64_t k) {
+      reach.for_each(c + 4 * i, [&](int64_t key, int64_t k) {
         const int64_t row = rows.find(key, kept);
         if (row < kept) nbr[row * kv + k] = i;  // else an output beyond max_out
       });

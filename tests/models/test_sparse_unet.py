@@ -112,8 +112,9 @@ def test_fsdlite_backend_matches_spconv_on_scattered_voxels():
     feats, coors = _voxels(40, 6)
     got = ours(feats, coors, 2)
     assert torch.allclose(got, theirs(feats, coors, 2), atol=1e-5)
-    plan = ours.offset_pairs(coors)
-    strided_outputs = [rows for (pairs, rows), (block, _) in zip(plan, ours._blocks())
+    plan, order = ours.offset_pairs(coors)
+    assert order is not None  # random row order: sorted first
+    strided_outputs = [rows for (pairs, rows, _), (block, _) in zip(plan, ours._blocks())
                        if not block[0].subm and not block[0].inverse]
     assert strided_outputs[0] > 2 * 40
 

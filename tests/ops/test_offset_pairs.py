@@ -141,14 +141,14 @@ def test_empty_and_single_voxel():
 @pytest.mark.parametrize('call, error, match', [
     (lambda c: subm_offset_pairs(c.float(), SHAPE), TypeError, 'coors must have one of the dtypes'),
     (lambda c: subm_offset_pairs(c[:, :3], SHAPE), ValueError, r'coors.shape\[1\] must be 4'),
-    (lambda c: subm_offset_pairs(c, (3, 7, 9)), ValueError, r'coors\[:num_valid, 1\] \(z\) must lie in \[0, 3\)'),
+    (lambda c: subm_offset_pairs(c, (3, 7, 9)), RuntimeError, r'coors\[:num_valid, 1\] \(z\) must lie in \[0, 3\)'),
     (lambda c: subm_offset_pairs(c, SHAPE, 2), ValueError, 'kernel_size must be odd'),
     (lambda c: subm_offset_pairs(c, SHAPE, 3, 0), ValueError, 'dilation must be >= 1'),
     (lambda c: subm_offset_pairs(c, (6, 7)), TypeError, 'spatial_shape must be an int or a sequence of 3'),
     (lambda c: conv_offset_pairs(c, SHAPE, 3, 0), ValueError, 'stride must be >= 1'),
     (lambda c: conv_offset_pairs(c, SHAPE, 3, 2, -1), ValueError, 'padding must be >= 0'),
     (lambda c: conv_offset_pairs(c, SHAPE, 9), ValueError, 'empty output grid'),
-    (lambda c: conv_offset_pairs(c - 1, SHAPE, 3, 2, 1), ValueError, r'coors\[:num_valid, 0\] \(b\) must lie in >= 0'),
+    (lambda c: conv_offset_pairs(c - 1, SHAPE, 3, 2, 1), RuntimeError, r'batch ids \(coors\[:num_valid, 0\]\) must be >= 0'),
 ])
 def test_invalid_arguments(call, error, match):
     coors = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 4], [1, 0, 0, 0], [0, 5, 0, 0]])

@@ -338,19 +338,25 @@ class SparseUNet(nn.Module):
 
     # ------------------------------------------------------------------ eager path on fsdlite's own kernels
     def offset_pairs(self, voxel_coors):
-        """Offset-grouped pairs (``fsdlite.ops.sparse_conv``'s input) of every conv, built straight from the
-        voxels: one submanifold rulebook per level and kernel, one per strided conv (its exact output voxels make
-        the next level), and each inverse conv takes its strided conv's pairs transposed.
+        """Offset-grouped pairs (``fsdlite.ops.sparse_conv``'s input) of every conv, built straight from the voxels
+        sorted by ``(b, z, y, x)`` (the rulebook ops' fast paths): one submanifold rulebook per level and kernel, one
+        per strided conv (its exact output voxels make the next level; its input rows ascend within an offset, so
+        swapped they are the pairs of its inverse conv).
 
         Args:
             voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
         Returns:
-            list: ``(OffsetPairs, output rows)`` of every conv in execution order.
+            tuple: list of ``(OffsetPairs, output rows, one_by_one)`` of every conv in execution order (rows of
+            level 0 in sorted order), and the sorting permutation of ``voxel_coors`` (None when already sorted).
         """
-        from fsdlite.ops import conv_offset_pairs, conv_output_shape, subm_offset_pairs, transpose_pairs
+        from fsdlite.ops import OffsetPairs, conv_offset_pairs, conv_output_shape, subm_offset_pairs
 
         from ..layers.rulebook_conv import conv_geometry
-        levels = [(voxel_coors.long(), tuple(self.sparse_shape))]
+        coors = voxel_coors.long()
+        nz, ny, nx = self.sparse_shape
+        key = ((coors[:, 0] * nz + coors[:, 1]) * ny + coors[:, 2]) * nx + coors[:, 3]
+        order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
+        levels = [(coors if order is None else coors.index_select(0, order), tuple(self.sparse_shape))]
         subm, strided, plan = {}, {}, []
         for block, s in self._blocks():
             g = conv_geometry(block[0])
@@ -358,17 +364,18 @@ class SparseUNet(nn.Module):
                 key = (s, g.kernel_size, g.dilation)
                 if key not in subm:
                     subm[key] = subm_offset_pairs(*levels[s], g.kernel_size, g.dilation)
-                plan.append((subm[key], levels[s][0].shape[0]))
+                plan.append((subm[key], levels[s][0].shape[0], g.one_by_one))
             elif g.kind == 'conv':
                 coors, shape = levels[s - 1]
                 out_coors, pairs = conv_offset_pairs(coors, shape, g.kernel_size, g.stride, g.padding, g.dilation)
                 levels.append((out_coors, conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation)))
                 strided[s] = pairs
-                plan.append((pairs, out_coors.shape[0]))
+                plan.append((pairs, out_coors.shape[0], g.one_by_one))
             else:
-                num_out = levels[s - 1][0].shape[0]
-                plan.append((transpose_pairs(strided[s], num_out), num_out))
-        return plan
+                pairs = strided[s]
+                plan.append((OffsetPairs(pairs.pairs.flip(0), pairs.offset_starts), levels[s - 1][0].shape[0],
+                             g.one_by_one))
+        return plan, order
 
     def forward_fused(self, voxel_feats, voxel_coors):
         """Eager forward on :meth:`offset_pairs` and ``fsdlite.ops.sparse_conv`` (``conv_backend='fsdlite'``).
@@ -381,22 +388,18 @@ class SparseUNet(nn.Module):
         """
         from fsdlite.ops import sparse_conv
 
-        from ..layers.rulebook_conv import conv_geometry, kernel_matrices
-        coors = voxel_coors.long()
-        nz, ny, nx = self.sparse_shape
-        key = ((coors[:, 0] * nz + coors[:, 1]) * ny + coors[:, 2]) * nx + coors[:, 3]
-        order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
-        if order is not None:  # sorted voxels take the rulebook ops' fast paths; rows are restored at the end
-            coors, voxel_feats = coors.index_select(0, order), voxel_feats.index_select(0, order)
-        plan = iter(self.offset_pairs(coors))
+        from ..layers.rulebook_conv import kernel_matrices
+        plan, order = self.offset_pairs(voxel_coors)
+        plan = iter(plan)
 
         def conv(module, x):
-            pairs, num_out = next(plan)
-            weight = kernel_matrices(module.weight, conv_geometry(module).one_by_one)
-            return sparse_conv(x, weight, *pairs, num_out, bias=module.bias)
+            pairs, num_out, one_by_one = next(plan)
+            return sparse_conv(x, kernel_matrices(module.weight, one_by_one), *pairs, num_out, bias=module.bias)
 
-        out = self._run_convs(voxel_feats, conv)
-        return out if order is None else torch.empty_like(out).index_copy_(0, order, out)
+        if order is None:
+            return self._run_convs(voxel_feats, conv)
+        out = self._run_convs(voxel_feats.index_select(0, order), conv)  # rows back in the caller's order
+        return torch.empty_like(out).index_copy_(0, order, out)
 
     def _run_convs(self, voxel_feats, conv):
         """The UNet on plain (rows, C) tensors; ``conv(module, x)`` runs the first layer of every block."""
