@@ -163,6 +163,11 @@ class DeployAdapter:
         """Final predictions of the original PyTorch model (eager, dynamic shapes) on the same raw data."""
         raise NotImplementedError
 
+    def eager(self, data):
+        """The model's eager inference as users run it (its own default kernels), for latency comparisons; the
+        same predictions as :meth:`reference` up to float rounding (default: :meth:`reference` itself)."""
+        return self.reference(data)
+
     def compare_outputs(self, deployed, reference, pre):
         """list of :class:`~fsdlite.deploy.compare.OutputDiff`, one per output (valid rows only)."""
         raise NotImplementedError

@@ -228,7 +228,14 @@ class DetectorAdapter(DeployAdapter):
 
     def reference(self, data):
         """The same detector's dynamic (eager, spconv) ``predict``."""
-        with torch.no_grad(), dynamic_path(self.model):
+        return self._eager_predict(data, 'spconv')
+
+    def eager(self, data):
+        """The dynamic ``predict`` on the UNets' own backends (``'auto'``: fsdlite's fused kernels on the CPU)."""
+        return self._eager_predict(data, None)
+
+    def _eager_predict(self, data, conv_backend):
+        with torch.no_grad(), dynamic_path(self.model, conv_backend):
             inputs = self.model.data_preprocessor(dict(inputs=dict(points=list(data))), False)['inputs']
             return self.model(inputs, mode='predict')
 

@@ -65,6 +65,21 @@ def test_fsd_deployed_detections_equal_eager_pytorch(fsd_export, kitti_frame):
     assert not adapter.compare_results(out.results, reference).same
 
 
+def test_eager_runs_the_default_backend_and_predicts_like_the_reference(fsd_export, kitti_frame, monkeypatch):
+    """``eager`` (the latency baseline users run) keeps the UNet's own backend ('auto': the fused CPU kernels),
+    ``reference`` runs spconv; both predict the same boxes and restore the static model afterwards."""
+    from fsdlite.models.backbones import SparseUNet
+    _, adapter, _, _ = prepare(fsd_export.out_dir / 'config.py', 'random', frames=[kitti_frame])
+    fused = []
+    original = SparseUNet.forward_fused
+    monkeypatch.setattr(SparseUNet, 'forward_fused', lambda self, *a: fused.append(1) or original(self, *a))
+    reference = adapter.reference(kitti_frame.data)
+    assert not fused
+    eager = adapter.eager(kitti_frame.data)
+    assert fused and adapter.model.static
+    assert adapter.compare_results(eager, reference).same
+
+
 def test_fsdv2_overflow_is_reported_in_the_dropped_output(tiny, kitti_frame, tmp_path):
     """max_boxes below the boxes the frame needs: the graph keeps the best max_boxes and counts the rest, in
     ONNX Runtime exactly as in PyTorch; the other outputs still agree."""

@@ -370,21 +370,22 @@ class StaticGraph(nn.Module):
 
 
 @contextlib.contextmanager
-def dynamic_path(model):
+def dynamic_path(model, conv_backend='spconv'):
     """Run ``model`` on its dynamic path inside the block, with its sparse-conv layers called as modules.
 
     Both paths share the weights and compute the same values; the dynamic one sees no padding. Inside the block
     a ``static`` model runs eagerly and every submodule with a ``conv_backend`` (SparseUNet) uses ``'spconv'``,
     whose conv layers are called as modules (the fixed-shape path and the ``'fsdlite'`` backend read their
     weights through functional convs), so module hooks see every layer -- what the slim tracer and the cost
-    counter need.
+    counter need. ``conv_backend=None`` keeps each module's own backend (the eager inference users run).
     """
     previous = getattr(model, 'static', False)
     backends = [(m, m.conv_backend) for m in model.modules() if hasattr(m, 'conv_backend')]
     if previous:
         model.static = False
-    for module, _ in backends:
-        module.conv_backend = 'spconv'
+    if conv_backend is not None:
+        for module, _ in backends:
+            module.conv_backend = conv_backend
     try:
         yield model
     finally:
