@@ -61,7 +61,7 @@ def slim_case(case, width, work_dir):
 
 
 #: capacity tiers of the detector exports (fractions of the pre-op bounds)
-DEFAULT_TIERS = (0.4, 0.5, 0.6, 0.7, 0.85)
+DEFAULT_TIERS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.85)
 
 
 def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):

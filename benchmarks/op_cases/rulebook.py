@@ -1,5 +1,7 @@
 """rulebook ops (C++; rulebook_pairs on the submanifold map) vs the pure-torch reference and spconv's own
-indice-pair generation (Native, CPU).
+indice-pair generation (Native, CPU); the offset-grouped pairs of the fused sparse conv built directly
+(subm_offset_pairs / conv_offset_pairs, on the voxels as stored and sorted by (b, z, y, x)) vs a neighbour map
+followed by pairs_by_offset.
 
 Voxels: the 125,562-voxel Waymo-range frame of ../shared/data/spconv_waymo (grid 80 x 1600 x 1600; spconv's
 benchmark), or the ``V`` voxels of it nearest to the sensor in bird's-eye view; a synthetic voxel set of the
@@ -79,6 +81,29 @@ def work(variant, op, num_voxels):
     return lambda: ref.rulebook_inverse_reference(nbr, n)
 
 
+def offset_pairs_work(variant, op, num_voxels):
+    """Zero-arg callable building the sparse_conv pairs of ``op`` ('subm' or 'conv' k3 s2 p1) with ``variant``:
+    'map + pairs_by_offset' (the padded rulebook op, then its entries), 'direct' (rows as stored) or 'direct,
+    sorted rows'."""
+    from fsdlite.ops import conv_offset_pairs, pairs_by_offset, rulebook_conv, rulebook_subm, subm_offset_pairs
+    coors, shape = voxel_set(num_voxels)
+    n = coors.shape[0]
+    if variant == 'direct, sorted rows':
+        key = ((coors[:, 0] * shape[0] + coors[:, 1]) * shape[1] + coors[:, 2]) * shape[2] + coors[:, 3]
+        coors = coors[torch.argsort(key)]
+    if variant != 'map + pairs_by_offset':
+        if op == 'subm':
+            return lambda: subm_offset_pairs(coors, shape, 3)
+        return lambda: conv_offset_pairs(coors, shape, 3, 2, 1)
+    if op == 'subm':
+        return lambda: pairs_by_offset(rulebook_subm(coors, n, shape, 3), n)
+
+    def conv():
+        rb = rulebook_conv(coors, n, shape, 3, 2, 1, max_out=8 * n)
+        return pairs_by_offset(rb.nbr[:int(rb.num_valid_out)], n)
+    return conv
+
+
 def cases(quick):
     """Benchmark cases (see ``benchmarks/ops.py``): ``rulebook_subm`` / ``_conv`` / ``_inverse`` / ``_pairs`` on the
     whole voxel set (:func:`voxel_set`); ``quick``: its 5k voxels nearest the sensor."""
@@ -88,4 +113,7 @@ def cases(quick):
                  'reference', measure_memory=op not in ('inverse', 'pairs'), op=op, num_voxels=num_voxels)
             for op, variants in (('subm', ('reference', 'spconv', 'fsdlite')),
                                  ('conv', ('reference', 'spconv', 'fsdlite')), ('inverse', ('reference', 'fsdlite')),
-                                 ('pairs', ('reference', 'fsdlite')))]
+                                 ('pairs', ('reference', 'fsdlite')))] + [
+        case(f'{op}_offset_pairs', size + (' k3' if op == 'subm' else ' k3 s2 p1'), offset_pairs_work,
+             ('map + pairs_by_offset', 'direct', 'direct, sorted rows'), 'map + pairs_by_offset', op=op,
+             num_voxels=num_voxels) for op in ('subm', 'conv')]
