@@ -1,7 +1,7 @@
-// CPU kernels of the rulebook family. The input voxels go into an open-addressing key -> row table (one
-// serial pass, which also detects duplicate voxels before anything is written); neighbour maps are then
-// filled in parallel with lookups only (no atomics; every map entry has exactly one writer), so results never
-// depend on the thread count. Strided outputs are collected in a hash set, sorted by key and truncated to max_out.
+// CPU kernels of the rulebook family. The valid voxels are put in key order (sorted_rows.h: a radix sort, which
+// also detects duplicate voxels before anything is written); a submanifold map is then filled by walking the sorted
+// keys (no hashing; every map entry has exactly one writer, no atomics), so results never depend on the thread
+// count. Strided outputs are the sorted unique cells the inputs reach, truncated to max_out.
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -12,49 +12,11 @@
 #include <vector>
 
 #include "fsdlite_ops/common.h"
-#include "cpu_common.h"
 #include "rulebook.h"
+#include "sorted_rows.h"
 
 namespace fsdlite::rulebook {
 namespace {
-
-constexpr int64_t kGrain = 2048;  // output rows per parallel task at least
-
-// Submanifold maps are symmetric: offsets k and K-1-k are opposite, so nbr[r, k] = j <=> nbr[j, K-1-k] = r, and
-// nbr[r, K/2] = r. Each row looks up the first half of the offsets only and writes both entries (every entry has
-// exactly one writer, so rows may be split among threads): half the lookups of a K-offset scan per row.
-void fill_subm_symmetric(const int64_t* c, const Geometry& g, const TableView& table, int64_t dump, int64_t* nbr) {
-  const int64_t kv = g.kernel_volume, half = kv / 2;
-  std::vector<int64_t> shift(3 * half);
-  for (int64_t k = 0; k < half; ++k) {
-    int64_t kzyx[3];
-    kernel_index(k, g.kernel, kzyx);
-    for (int a = 0; a < 3; ++a) shift[3 * k + a] = (kzyx[a] - g.kernel[a] / 2) * g.dilation[a];
-  }
-  at::parallel_for(0, g.num_valid, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> keys(half);
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t* o = c + 4 * r;
-      for (int64_t k = 0; k < half; ++k) {
-        const int64_t* s = shift.data() + 3 * k;
-        const int64_t z = o[1] + s[0], y = o[2] + s[1], x = o[3] + s[2];
-        const bool inside = static_cast<uint64_t>(z) < static_cast<uint64_t>(g.in_shape[0]) &&
-                            static_cast<uint64_t>(y) < static_cast<uint64_t>(g.in_shape[1]) &&
-                            static_cast<uint64_t>(x) < static_cast<uint64_t>(g.in_shape[2]);
-        keys[k] = inside ? table_key(o[0], z, y, x, g.in_shape) : kEmpty;
-        if (inside) __builtin_prefetch(table.slots + home_slot(keys[k], table.mask));
-      }
-      nbr[r * kv + half] = r;
-      for (int64_t k = 0; k < half; ++k) {
-        if (keys[k] == kEmpty) continue;
-        const int64_t j = table.find(keys[k], dump);
-        if (j == dump) continue;
-        nbr[r * kv + k] = j;
-        nbr[j * kv + (kv - 1 - k)] = r;
-      }
-    }
-  });
-}
 
 at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
                              c10::IntArrayRef kernel_size, c10::IntArrayRef dilation) {
@@ -62,43 +24,22 @@ at::Tensor rulebook_subm_cpu(const at::Tensor& coors_, const at::Tensor& num_val
   const Geometry g = check_geometry(coors_, num_valid, spatial_shape, kernel_size, ones, zeros, dilation, true,
                                     "rulebook_subm");
   const at::Tensor coors = coors_.contiguous();
-  const int64_t vmax = coors.size(0);
-  at::Tensor nbr = at::full({vmax, g.kernel_volume}, vmax, coors.options());
+  const int64_t vmax = coors.size(0), kv = g.kernel_volume, half = kv / 2;
+  at::Tensor nbr = at::full({vmax, kv}, vmax, coors.options());
   if (g.num_valid == 0) return nbr;
-  const KeyTable table = input_table(coors, g, "rulebook_subm");
-  fill_subm_symmetric(coors.data_ptr<int64_t>(), g, table.view(), vmax, nbr.data_ptr<int64_t>());
-  return nbr;
-}
-
-// Sorted keys of every output cell reached by a valid input voxel.
-std::vector<int64_t> output_keys(const int64_t* c, const Geometry& g) {
-  KeyTable seen(g.num_valid * outputs_per_input(g));
-  std::vector<int64_t> unique;
-  const OutputReach reach(g);
-  for (int64_t i = 0; i < g.num_valid; ++i) {
-    reach.for_each(c + 4 * i, [&](int64_t key, int64_t) {
-      if (seen.insert(key, 0) < 0) unique.push_back(key);
-    });
-  }
-  std::sort(unique.begin(), unique.end());
-  return unique;
-}
-
-// Neighbour map of a strided conv filled from the input side: every valid input voxel writes its row into the
-// (output row, offset) slots it feeds -- at most outputs_per_input(g) of them, against K lookups per output row
-// from the output side. A slot's input cell is o * stride - padding + k * dilation, so each slot has one writer
-// and input rows may be split among threads. `rows` maps output keys (encode) to rows < kept.
-void fill_from_inputs(const int64_t* c, const Geometry& g, const TableView& rows, int64_t kept, int64_t* nbr) {
-  const int64_t kv = g.kernel_volume;
-  const OutputReach reach(g);
-  at::parallel_for(0, g.num_valid, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      reach.for_each(c + 4 * i, [&](int64_t key, int64_t k) {
-        const int64_t row = rows.find(key, kept);
-        if (row < kept) nbr[row * kv + k] = i;  // else an output beyond max_out
-      });
-    }
+  const SortedRows sorted = sort_rows(coors, g, "rulebook_subm");
+  int64_t* m = nbr.data_ptr<int64_t>();
+  for (int64_t r = 0; r < g.num_valid; ++r) m[r * kv + half] = r;
+  // Offsets k and K-1-k are opposite: nbr[r, k] = j <=> nbr[j, K-1-k] = r, so the first half of the offsets is
+  // looked up and both entries are written (each entry has exactly one writer).
+  std::vector<int64_t> offsets(half);
+  for (int64_t k = 0; k < half; ++k) offsets[k] = k;
+  walk_subm_neighbours(coors.data_ptr<int64_t>(), sorted, g, offsets, [&](int64_t, int64_t r, int64_t j, int64_t k) {
+    const int64_t row = sorted.rows[r], neighbour = sorted.rows[j];
+    m[row * kv + k] = neighbour;
+    m[neighbour * kv + (kv - 1 - k)] = row;
   });
+  return nbr;
 }
 
 ConvOutputs rulebook_conv_cpu(const at::Tensor& coors_, const at::Tensor& num_valid, c10::IntArrayRef spatial_shape,
@@ -108,22 +49,22 @@ ConvOutputs rulebook_conv_cpu(const at::Tensor& coors_, const at::Tensor& num_va
                                     "rulebook_conv");
   check_max_out(max_out);
   const at::Tensor coors = coors_.contiguous();
-  const int64_t vmax = coors.size(0);
+  const int64_t vmax = coors.size(0), kv = g.kernel_volume;
   const auto opts = coors.options();
   at::Tensor out_coors = at::zeros({max_out, 4}, opts);
-  at::Tensor nbr = at::full({max_out, g.kernel_volume}, vmax, opts);
+  at::Tensor nbr = at::full({max_out, kv}, vmax, opts);
   if (g.num_valid == 0) return {out_coors, at::zeros({}, opts), at::zeros({}, opts), nbr};
-  input_table(coors, g, "rulebook_conv");  // rejects duplicate voxels (the map is filled from the inputs)
-  const std::vector<int64_t> keys = output_keys(coors.data_ptr<int64_t>(), g);
-  const int64_t total = static_cast<int64_t>(keys.size());
+  const SortedRows sorted = sort_rows(coors, g, "rulebook_conv");
+  const ConvReach reach = conv_reach(coors.data_ptr<int64_t>(), sorted, g);
+  const int64_t total = static_cast<int64_t>(reach.out_keys.size());
   const int64_t kept = std::min(total, max_out);
-  int64_t* oc = out_coors.data_ptr<int64_t>();
-  KeyTable rows(kept);  // output key (encode) -> row, for the kept outputs
-  for (int64_t r = 0; r < kept; ++r) {
-    decode(keys[r], g.out_shape, oc + 4 * r);
-    rows.insert(keys[r], r);  // keys are unique
+  decode_sorted(reach.out_keys, kept, g.out_shape, out_coors.data_ptr<int64_t>());
+  int64_t* m = nbr.data_ptr<int64_t>();
+  for (int64_t i = 0; i < g.num_valid; ++i) {  // a slot's input cell is o * stride - padding + k * dilation: one writer
+    for (int64_t e = reach.start[i]; e < reach.start[i + 1]; ++e) {
+      if (reach.row[e] < kept) m[reach.row[e] * kv + reach.offset[e]] = sorted.rows[i];  // else beyond max_out
+    }
   }
-  fill_from_inputs(coors.data_ptr<int64_t>(), g, rows.view(), kept, nbr.data_ptr<int64_t>());
   return {out_coors, at::full({}, kept, opts), at::full({}, total - kept, opts), nbr};
 }
 
