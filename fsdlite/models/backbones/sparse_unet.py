@@ -361,10 +361,10 @@ class SparseUNet(nn.Module):
         for block, s in self._blocks():
             g = conv_geometry(block[0])
             if g.kind == 'subm':
-                key = (s, g.kernel_size, g.dilation)
-                if key not in subm:
-                    subm[key] = subm_offset_pairs(*levels[s], g.kernel_size, g.dilation)
-                plan.append((subm[key], levels[s][0].shape[0], g.one_by_one))
+                shared = (s, g.kernel_size, g.dilation)
+                if shared not in subm:
+                    subm[shared] = subm_offset_pairs(*levels[s], g.kernel_size, g.dilation)
+                plan.append((subm[shared], levels[s][0].shape[0], g.one_by_one))
             elif g.kind == 'conv':
                 coors, shape = levels[s - 1]
                 out_coors, pairs = conv_offset_pairs(coors, shape, g.kernel_size, g.stride, g.padding, g.dilation)
