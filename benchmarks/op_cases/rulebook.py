@@ -85,12 +85,12 @@ def offset_pairs_work(variant, op, num_voxels):
     """Zero-arg callable building the sparse_conv pairs of ``op`` ('subm' or 'conv' k3 s2 p1) with ``variant``:
     'map + pairs_by_offset' (the padded rulebook op, then its entries), 'direct' (rows as stored) or 'direct,
     sorted rows'."""
-    from fsdlite.ops import conv_offset_pairs, pairs_by_offset, rulebook_conv, rulebook_subm, subm_offset_pairs
+    from fsdlite.ops import (conv_offset_pairs, pairs_by_offset, rulebook_conv, rulebook_subm, subm_offset_pairs,
+                             voxel_keys)
     coors, shape = voxel_set(num_voxels)
     n = coors.shape[0]
     if variant == 'direct, sorted rows':
-        key = ((coors[:, 0] * shape[0] + coors[:, 1]) * shape[1] + coors[:, 2]) * shape[2] + coors[:, 3]
-        coors = coors[torch.argsort(key)]
+        coors = coors[torch.argsort(voxel_keys(coors, shape))]
     if variant != 'map + pairs_by_offset':
         if op == 'subm':
             return lambda: subm_offset_pairs(coors, shape, 3)

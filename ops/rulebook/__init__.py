@@ -234,6 +234,14 @@ def _geometry_args(op, kernel_size, stride, padding, dilation):
             _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1))
 
 
+def voxel_keys(coors, spatial_shape):
+    """(V,) int64 key ``((b * nz + z) * ny + y) * nx + x`` of (V, 4) ``[b, z, y, x]`` voxels: the order the rulebook
+    ops sort voxels in, and in which :func:`subm_offset_pairs` / :func:`conv_offset_pairs` take their fast paths."""
+    nz, ny, nx = spatial_shape
+    coors = coors.long()
+    return ((coors[:, 0] * nz + coors[:, 1]) * ny + coors[:, 2]) * nx + coors[:, 3]
+
+
 def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
     """Pairs of a submanifold sparse conv (spconv ``SubMConv3d``) grouped by kernel offset, from unpadded voxels.
 
@@ -279,4 +287,4 @@ def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, di
 
 
 __all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse', 'RulebookPairs',
-           'rulebook_pairs', 'subm_offset_pairs', 'conv_offset_pairs']
+           'rulebook_pairs', 'voxel_keys', 'subm_offset_pairs', 'conv_offset_pairs']

@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "fsdlite_ops/common.h"
@@ -24,40 +25,33 @@
 namespace fsdlite::rulebook {
 namespace {
 
-// (out row, in row) pairs of one chunk and offset.
-using PairList = std::vector<int64_t>;
-
+// Checks of an unpadded call (every row valid) before any kernel.
 Geometry validated(const at::Tensor& coors, c10::IntArrayRef spatial_shape, c10::IntArrayRef kernel_size,
                    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool subm,
                    const char* op) {
-  check_dtype(coors, at::kLong, op, "coors");
-  TORCH_CHECK(coors.dim() == 2 && coors.size(1) == 4, op, ": coors must have shape (V, 4) [b, z, y, x], got ",
-              coors.sizes());
+  check_unpadded_coors(coors, op);
   const at::Tensor count = at::scalar_tensor(coors.size(0), coors.options());
   return check_geometry(coors, count, spatial_shape, kernel_size, stride, padding, dilation, subm, op);
 }
 
-// How offset k's pairs come out of the collected lists.
-struct OffsetSource {
-  enum Kind { kList, kSwapped, kIdentity } kind;
-  int64_t list;  // list offset for kList / kSwapped
-};
+// (out row, in row) pairs of one chunk and looked-up offset k < K/2.
+using PairList = std::vector<int64_t>;
 
-// (2, P) [input row; output row] and (K + 1,) starts from per-(chunk, list offset) lists of (out, in) pairs.
-std::tuple<at::Tensor, at::Tensor> join(const std::vector<PairList>& lists, int64_t num_lists,
-                                        const std::vector<OffsetSource>& sources, int64_t identity_rows,
-                                        const at::TensorOptions& opts) {
-  const int64_t kv = static_cast<int64_t>(sources.size());
-  const int64_t chunks = num_lists ? static_cast<int64_t>(lists.size()) / num_lists : 0;
+// (2, P) [input row; output row] and (K + 1,) starts of a submanifold map from its lists of offsets k < K/2
+// (lists[chunk * K/2 + k], chunks in order): the centre offset pairs every row with itself and offset K-1-k holds
+// offset k's pairs swapped.
+std::tuple<at::Tensor, at::Tensor> join_symmetric(const std::vector<PairList>& lists, int64_t kv, int64_t rows,
+                                                  const at::TensorOptions& opts) {
+  const int64_t half = kv / 2, chunks = half ? static_cast<int64_t>(lists.size()) / half : 0;
+  auto list_of = [&](int64_t k) { return k < half ? k : kv - 1 - k; };
   at::Tensor starts = at::empty({kv + 1}, opts);
   int64_t* s = starts.data_ptr<int64_t>();
   s[0] = 0;
   for (int64_t k = 0; k < kv; ++k) {
-    int64_t n = identity_rows;
-    if (sources[k].kind != OffsetSource::kIdentity) {
+    int64_t n = rows;
+    if (k != half) {
       n = 0;
-      for (int64_t ch = 0; ch < chunks; ++ch) n += static_cast<int64_t>(lists[ch * num_lists + sources[k].list].size());
-      n /= 2;
+      for (int64_t ch = 0; ch < chunks; ++ch) n += static_cast<int64_t>(lists[ch * half + list_of(k)].size()) / 2;
     }
     s[k + 1] = s[k] + n;
   }
@@ -67,33 +61,21 @@ std::tuple<at::Tensor, at::Tensor> join(const std::vector<PairList>& lists, int6
   at::parallel_for(0, kv, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t k = lo; k < hi; ++k) {
       int64_t p = s[k];
-      const OffsetSource src = sources[k];
-      if (src.kind == OffsetSource::kIdentity) {
-        for (int64_t r = 0; r < identity_rows; ++r, ++p) in[p] = out[p] = r;
+      if (k == half) {
+        for (int64_t r = 0; r < rows; ++r, ++p) in[p] = out[p] = r;
         continue;
       }
-      const bool swapped = src.kind == OffsetSource::kSwapped;
+      const bool swapped = k > half;
       for (int64_t ch = 0; ch < chunks; ++ch) {
-        const PairList& l = lists[ch * num_lists + src.list];
+        const PairList& l = lists[ch * half + list_of(k)];
         for (size_t e = 0; e < l.size(); e += 2, ++p) {
-          out[p] = swapped ? l[e + 1] : l[e];
-          in[p] = swapped ? l[e] : l[e + 1];
+          out[p] = l[e + swapped];
+          in[p] = l[e + !swapped];
         }
       }
     }
   });
   return {pairs, starts};
-}
-
-// Sorted rows: the pairs of offsets k < K/2 by walking the sorted keys (sorted_rows.h); rows are key positions.
-void sorted_subm_lookups(const int64_t* c, const SortedRows& sorted, const Geometry& g, std::vector<PairList>& lists,
-                         const std::vector<int64_t>& looked_up) {
-  const int64_t num_lists = static_cast<int64_t>(looked_up.size());
-  walk_subm_neighbours(c, sorted, g, looked_up, [&](int64_t ch, int64_t r, int64_t j, int64_t l) {
-    PairList& list = lists[ch * num_lists + l];
-    list.push_back(r);
-    list.push_back(j);
-  });
 }
 
 // Pairs built on key positions (sorted rows) -> pairs of the caller's rows: each position becomes its row and every
@@ -128,18 +110,16 @@ std::tuple<at::Tensor, at::Tensor> rulebook_subm_pairs_cpu(const at::Tensor& coo
   const int64_t n = g.num_valid, kv = g.kernel_volume, center = kv / 2;
   const int64_t* c = coors.data_ptr<int64_t>();
   const SortedRows rows = sort_rows(coors, g, "rulebook_subm_pairs");  // also rejects duplicate voxels
-  // offsets k < K/2 are looked up and K-1-k is k swapped (on key positions)
+  // offsets k < K/2 are looked up (on key positions); join_symmetric derives the rest
   std::vector<int64_t> looked_up(center);
-  std::vector<OffsetSource> sources(kv);
-  for (int64_t k = 0; k < kv; ++k) {
-    sources[k] = k == center  ? OffsetSource{OffsetSource::kIdentity, 0}
-                 : k < center ? OffsetSource{OffsetSource::kList, k}
-                              : OffsetSource{OffsetSource::kSwapped, kv - 1 - k};
-    if (k < center) looked_up[k] = k;
-  }
+  std::iota(looked_up.begin(), looked_up.end(), 0);
   std::vector<PairList> lists(((n + kChunk - 1) / kChunk) * center);
-  sorted_subm_lookups(c, rows, g, lists, looked_up);
-  auto [pairs, starts] = join(lists, center, sources, n, coors.options());
+  walk_subm_neighbours(c, rows, g, looked_up, [&](int64_t ch, int64_t r, int64_t j, int64_t k) {
+    PairList& list = lists[ch * center + k];
+    list.push_back(r);
+    list.push_back(j);
+  });
+  auto [pairs, starts] = join_symmetric(lists, kv, n, coors.options());
   if (!rows.identity) to_caller_rows(pairs, starts, rows.rows);
   return {pairs, starts};
 }

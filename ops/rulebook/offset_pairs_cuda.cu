@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "fsdlite_ops/common.h"
+#include "rulebook.h"
 
 namespace fsdlite::offset_pairs_cuda {
 
@@ -20,15 +21,9 @@ Pairs list_pairs(const at::Tensor& nbr, int64_t num_in) {
   return op.call(nbr, num_in);
 }
 
-void check_coors(const at::Tensor& coors, const char* op) {
-  check_dtype(coors, at::kLong, op, "coors");
-  TORCH_CHECK(coors.dim() == 2 && coors.size(1) == 4, op, ": coors must have shape (V, 4) [b, z, y, x], got ",
-              coors.sizes());
-}
-
 Pairs rulebook_subm_pairs_cuda(const at::Tensor& coors, c10::IntArrayRef spatial_shape, c10::IntArrayRef kernel_size,
                                c10::IntArrayRef dilation) {
-  check_coors(coors, "rulebook_subm_pairs");
+  fsdlite::rulebook::check_unpadded_coors(coors, "rulebook_subm_pairs");
   const c10::cuda::CUDAGuard guard(coors.device());
   static auto subm = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("fsdlite::rulebook_subm", "")
@@ -42,7 +37,7 @@ Pairs rulebook_subm_pairs_cuda(const at::Tensor& coors, c10::IntArrayRef spatial
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rulebook_conv_pairs_cuda(
     const at::Tensor& coors, c10::IntArrayRef spatial_shape, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation) {
-  check_coors(coors, "rulebook_conv_pairs");
+  fsdlite::rulebook::check_unpadded_coors(coors, "rulebook_conv_pairs");
   const c10::cuda::CUDAGuard guard(coors.device());
   using ConvOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
   static auto conv = c10::Dispatcher::singleton()

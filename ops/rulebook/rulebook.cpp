@@ -101,6 +101,12 @@ void check_max_out(int64_t max_out) {
               max_out);
 }
 
+void check_unpadded_coors(const at::Tensor& coors, const char* op) {
+  check_dtype(coors, at::kLong, op, "coors");
+  TORCH_CHECK(coors.dim() == 2 && coors.size(1) == 4, op, ": coors must have shape (V, 4) [b, z, y, x], got ",
+              coors.sizes());
+}
+
 void check_inverse_args(const at::Tensor& nbr, int64_t num_rows) {
   constexpr const char* op = "rulebook_inverse";
   check_dtype(nbr, at::kLong, op, "nbr");

@@ -56,6 +56,8 @@ Geometry check_geometry(const at::Tensor& coors, const at::Tensor& num_valid, c1
                         c10::IntArrayRef kernel_size, c10::IntArrayRef stride, c10::IntArrayRef padding,
                         c10::IntArrayRef dilation, bool subm, const char* op);
 void check_max_out(int64_t max_out);
+// rulebook_*_pairs: coors (V, 4) int64, every row a voxel.
+void check_unpadded_coors(const at::Tensor& coors, const char* op);
 void check_inverse_args(const at::Tensor& nbr, int64_t num_rows);
 // rulebook_pairs: nbr (Vout, K) int64 in [0, num_in]; tile >= 1; 0 <= capacity, a multiple of tile.
 void check_pairs_args(const at::Tensor& nbr, int64_t num_in, int64_t capacity, int64_t tile);

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from fsdlite.models.backbones import SparseUNet
+from fsdlite.ops import voxel_keys
 
 GRID = dict(voxel_size=(1.0, 1.0, 1.0), point_range=(0.0, 0.0, 0.0, 12.0, 12.0, 8.0))
 SMALL = dict(base_channels=4, encoder_channels=((4,), (8, 8), (8,)),
@@ -124,7 +125,7 @@ def test_offset_pairs_of_sorted_and_unsorted_voxels_agree():
     the same voxels unsorted are looked up in full and re-sorted. Both give spconv's result."""
     ours, theirs = (net.eval() for net in _twin_nets())
     feats, coors = _voxels(60, 8)
-    order = torch.argsort(((coors[:, 0] * 8 + coors[:, 1]) * 12 + coors[:, 2]) * 12 + coors[:, 3])
+    order = torch.argsort(voxel_keys(coors, (8, 12, 12)))
     with torch.no_grad():
         unsorted = ours(feats, coors, 2)
         in_order = ours(feats[order], coors[order], 2)

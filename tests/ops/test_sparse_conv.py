@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from _voxel_helpers import voxel_key, waymo_voxels
 
 from fsdlite.models.layers.rulebook_conv import kernel_matrices
-from fsdlite.ops import OffsetPairs, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv, transpose_pairs
+from fsdlite.ops import (OffsetPairs, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv, transpose_pairs,
+                         voxel_keys)
 from fsdlite.ops.sparse_conv.reference import pairs_by_offset_reference, sparse_conv_reference
 from fsdlite.utils import compat
 
@@ -177,10 +178,14 @@ def test_gradcheck_float64_subm_strided_and_transposed():
         assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, *pairs, num_out, bias=b), (x, w, b))
 
 
-def test_transposed_pairs_give_the_adjoint():
-    """<conv(x), y> == <x, conv_T(y)> with the transposed pairs and transposed matrices."""
+@pytest.mark.parametrize('sort', [False, True])
+def test_transposed_pairs_give_the_adjoint(sort):
+    """<conv(x), y> == <x, conv_T(y)> with the transposed pairs and transposed matrices (voxels in random order:
+    the pairs are re-sorted; sorted by key: input rows already ascend and the pairs are only swapped)."""
     shape = (6, 8, 8)
     coors = random_voxels(shape, seed=6)
+    if sort:
+        coors = coors[torch.argsort(voxel_keys(coors, shape))]
     n = coors.shape[0]
     pairs, m, _ = strided_pairs(coors, shape)
     g = torch.Generator().manual_seed(2)

@@ -272,40 +272,26 @@ class SparseUNet(nn.Module):
         if len(nbrs) != len(layout):
             raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
 
-        def build(nbr, kind, slot, num_in, num_out):
+        built, strided, lists, dropped = {}, {}, [], {}
+        for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
+            if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
+                lists.append(strided[slot][[1, 0, 2]])
+                continue
             if nbr is None:
                 raise ValueError(f'build_pair_lists: the map of a {kind} conv (slot {slot}) is missing; only inverse '
                                  'maps may be left out (build_rulebooks(inverse_maps=False)), after their strided conv')
             if nbr.shape[0] != num_out:
                 raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
-            return pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict, bound_name=f'{bound_name}[{slot}]')
-
-        # an inverse conv takes the strided conv's pairs with input and output swapped
-        lists = self._pairs_per_conv(nbrs, layout, build, lambda pl, _: pl._replace(pairs=pl.pairs[[1, 0, 2]]))
-        dropped = {}
-        for pl, (_, slot, _, _) in zip(lists, layout):
-            dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
-        zero = torch.zeros((), dtype=torch.long, device=nbrs[0].device if len(nbrs) else None)
-        dropped = torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
-        return [pl.pairs for pl in lists], dropped
-
-    @staticmethod
-    def _pairs_per_conv(nbrs, layout, build, transpose):
-        """Pairs of every conv in execution order: ``build(nbr, *layout entry)`` once per distinct map (convs
-        sharing a map share the result), ``transpose(pairs of its strided conv, layout entry)`` for an inverse conv
-        that follows its strided conv (``layout``: :meth:`rulebook_layout`)."""
-        built, strided, pairs = {}, {}, []
-        for nbr, entry in zip(nbrs, layout):
-            kind, slot = entry[:2]
-            if kind == 'inverse' and slot in strided:
-                pairs.append(transpose(strided[slot], entry))
-                continue
             if id(nbr) not in built:
-                built[id(nbr)] = build(nbr, *entry)
+                built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
+                                                bound_name=f'{bound_name}[{slot}]')
+            pl = built[id(nbr)]
+            dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
             if kind == 'conv':
-                strided[slot] = built[id(nbr)]
-            pairs.append(built[id(nbr)])
-        return pairs
+                strided[slot] = pl.pairs
+            lists.append(pl.pairs)
+        zero = torch.zeros((), dtype=torch.long, device=nbrs[0].device if len(nbrs) else None)
+        return lists, torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
 
     def forward_rulebook(self, voxel_feats, nbrs, max_voxels=None):
         """Fixed-shape forward: every conv as a gather-GEMM over its neighbour map, spconv's weights unchanged.
@@ -349,12 +335,11 @@ class SparseUNet(nn.Module):
             tuple: list of ``(OffsetPairs, output rows, one_by_one)`` of every conv in execution order (rows of
             level 0 in sorted order), and the sorting permutation of ``voxel_coors`` (None when already sorted).
         """
-        from fsdlite.ops import OffsetPairs, conv_offset_pairs, conv_output_shape, subm_offset_pairs
+        from fsdlite.ops import OffsetPairs, conv_offset_pairs, conv_output_shape, subm_offset_pairs, voxel_keys
 
         from ..layers.rulebook_conv import conv_geometry
         coors = voxel_coors.long()
-        nz, ny, nx = self.sparse_shape
-        key = ((coors[:, 0] * nz + coors[:, 1]) * ny + coors[:, 2]) * nx + coors[:, 3]
+        key = voxel_keys(coors, self.sparse_shape)
         order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
         levels = [(coors if order is None else coors.index_select(0, order), tuple(self.sparse_shape))]
         subm, strided, plan = {}, {}, []
