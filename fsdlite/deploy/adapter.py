@@ -64,8 +64,11 @@ class DeployAdapter:
     family = ''
     model_types = ()
     bounds_have_margin = True  #: measured bounds are scaled by a margin (False: they are exact input shapes)
-    #: bounds the pre-ops alone decide (scaled by capacity tiers, ``fsdlite.deploy.tiers``); empty: no tiers
+    #: bounds capacity tiers scale (``fsdlite.deploy.tiers``): the ones the pre-ops decide, then those of
+    #: ``tier_graph_bound_names``; empty: no tiers
     tier_bound_names = ()
+    #: the in-graph bounds among ``tier_bound_names``: a tier whose graph drops items in one is not taken
+    tier_graph_bound_names = ()
 
     def __init__(self, model, bounds, batch_size=1):
         if isinstance(batch_size, bool) or int(batch_size) < 1:
@@ -175,6 +178,12 @@ class DeployAdapter:
     def compare_results(self, deployed, reference):
         """:class:`~fsdlite.deploy.compare.Match` of two lists of final predictions."""
         raise NotImplementedError
+
+    def tier_overflow(self, outputs):
+        """dict bound name -> items the graph dropped in a bound the tiers scale (``tier_graph_bound_names``), the
+        non-zero entries only: a tier with any is not taken (the input runs on the next one)."""
+        scaled = set(self.tier_graph_bound_names)
+        return {name: n for name, n in self.graph_dropped(outputs).items() if n and name.split('[')[0] in scaled}
 
     def graph_dropped(self, outputs):
         """dict bound name -> items dropped inside the graph (from its ``dropped`` output)."""

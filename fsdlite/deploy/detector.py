@@ -49,9 +49,10 @@ TOLERANCE = 1e-4  # abs, on logits and regressions (float32 graph vs float32 PyT
 class PreprocessedClouds(NamedTuple):
     """The part of the pre-ops the capacity tiers share: ``inputs``, the data preprocessor's output for one batch
     (range filter, voxel hashing: ``points`` (n, C), ``batch`` (n,), ``voxel_coors`` (v, 4), ``point2voxel``
-    (n,)), and ``maps``, None or (``DetectorAdapter.measure_needs``) its first-stage rulebooks at the largest
-    tier's bounds (``fsdlite.models.detectors.static.RulebookMaps``: what every level needs, and the maps the
-    smaller tiers cut to their bounds)."""
+    (n,)), and ``maps``, None or (``DetectorAdapter.measure_needs``) its first-stage rulebooks
+    (``StaticDetectorMixin.first_stage_rulebooks``: what every level needs; for models on pair lists the exact
+    offset-grouped pairs every tier tiles, else the maps at the largest tier's bounds the smaller tiers cut to
+    theirs)."""
     inputs: dict
     maps: object = None
 
@@ -83,7 +84,16 @@ class DetectorAdapter(DeployAdapter):
     """
 
     family = 'detector'
-    tier_bound_names = PRE_OP_BOUNDS
+
+    @property
+    def tier_graph_bound_names(self):
+        """The model's ``TIER_GRAPH_BOUNDS`` (FSDv2-lite: the mixer's voxels and pairs)."""
+        return tuple(self.model.TIER_GRAPH_BOUNDS)
+
+    @property
+    def tier_bound_names(self):
+        """``PRE_OP_BOUNDS`` and :attr:`tier_graph_bound_names`."""
+        return PRE_OP_BOUNDS + self.tier_graph_bound_names
 
     def __init__(self, model, bounds, batch_size=1):
         if not getattr(model, 'static', False):
@@ -166,22 +176,29 @@ class DetectorAdapter(DeployAdapter):
             pre_ops=['LidarDataPreprocessor: range/NaN filter and voxel hashing (fsdlite.ops.voxelize)',
                      'pad points to max_points and voxels to max_voxels[0] (dump slots; overflow truncated and '
                      'counted)',
-                     'first-stage SparseUNet rulebooks as padded neighbour maps (fsdlite.ops.rulebook_subm / '
-                     'rulebook_conv / rulebook_inverse); voxels above max_voxels[s] are dropped and counted'] +
-                    (['the neighbour maps as pair lists of their real pairs (max_pairs; pairs that do not fit are '
-                      'dropped and counted)'] if self.model.uses_pair_lists() else []),
+                     (self._pair_list_pre_op if self.model.uses_pair_lists() else
+                      'first-stage SparseUNet rulebooks as padded neighbour maps (fsdlite.ops.rulebook_subm / '
+                      'rulebook_conv / rulebook_inverse); voxels above max_voxels[s] are dropped and counted')],
             post_ops=['rotated BEV NMS per sample and class (fsdlite.ops.batched_nms_bev, test_cfg of bbox_head)'])
+
+    _pair_list_pre_op = ('first-stage SparseUNet rulebooks as pair lists of their real pairs (max_pairs): the '
+                         'exact offset-grouped pairs (fsdlite.ops.subm_offset_pairs / conv_offset_pairs) tiled, or, '
+                         'when a level exceeds max_voxels[s], padded neighbour maps (fsdlite.ops.rulebook_subm / '
+                         'rulebook_conv) cut to the bounds; voxels and pairs that do not fit are dropped and counted')
 
     # ------------------------------------------------------------------ running
     def prepare_input(self, data):
-        """:class:`PreprocessedClouds` of a list of B point clouds (passed through when already prepared)."""
+        """:class:`PreprocessedClouds` of a list of B point clouds (passed through when already prepared); for a
+        model on pair lists with its first-stage rulebooks (exact whatever the bounds: every tier tiles them)."""
         if isinstance(data, PreprocessedClouds):
             return data
         clouds = list(data)
         if len(clouds) != self.batch_size:
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
         with torch.no_grad():
-            return PreprocessedClouds(self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs'])
+            inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
+            exact = self.model.uses_pair_lists() and inputs['voxel_coors'].shape[0] > 0
+            return PreprocessedClouds(inputs, self.model.first_stage_rulebooks(inputs, strict=False) if exact else None)
 
     def measure_needs(self, prepared):
         """``prepared`` with its first-stage rulebooks built at this adapter's bounds (see PreprocessedClouds)."""
@@ -202,9 +219,7 @@ class DetectorAdapter(DeployAdapter):
             return False
         if prepared.maps is None or not self.model.uses_pair_lists():
             return True
-        maps = prepared.maps  # pairs are counted only for a tier whose voxels fit
-        pairs = self.model.backbone.count_pairs(maps.nbrs, maps.max_voxels).tolist()
-        return all(n <= b for n, b in zip(pairs, bounds['max_pairs']))
+        return all(n <= b for n, b in zip(prepared.maps.pairs, bounds['max_pairs']))  # ExactRulebooks
 
     def pre_ops(self, data):
         """Static inputs of a batch: :data:`FIXED_INPUTS` and ``nbr_XX`` maps; context ``num_points``; drops per

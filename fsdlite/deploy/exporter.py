@@ -150,8 +150,10 @@ def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verb
     pre = tier.pre_ops(example)
     path = Path(out_dir) / f'model_tier{scale:g}.onnx'
     _, summary, diffs = export_graph_checked(tier, pre, path, opset, verbose)
+    fits = not any(pre.dropped.values()) and not (tier.tier_graph_bound_names
+                                                  and tier.tier_overflow(tier.run_torch_graph(pre.inputs)))
     entry = dict(scale=scale, onnx=path.name, bounds=bounds, nodes=summary.num_nodes, bytes=path.stat().st_size,
-                 example_fits=not any(pre.dropped.values()))
+                 example_fits=fits)
     return TierExport(entry, summary, diffs)
 
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from .adapter import adapter_class
 from .exporter import FORMAT
 from .onnx_io import OrtGraph
-from .tiers import Tier, select_tier
+from .tiers import Tier, run_on_tiers
 
 
 class DeployOutput(NamedTuple):
@@ -34,6 +34,7 @@ class DeployOutput(NamedTuple):
     seconds: dict
     pre: object
     tier: float = 1.0
+    attempts: tuple = ()  #: tier scales whose graph ran (several: a tier's graph overflowed a bound it scales)
 
 
 def read_deploy_info(directory):
@@ -95,12 +96,12 @@ class DeployedModel:
     def run(self, data):
         """Pre-ops -> graph -> post-ops on one batch of raw data (the family's format); returns DeployOutput."""
         t0 = time.perf_counter()
-        tier, pre = select_tier(self.tiers, data)
-        t1 = time.perf_counter()
-        outputs = tier.graph(pre.inputs)
+        graph_seconds = []
+        tier, pre, outputs, attempts = run_on_tiers(self.tiers, data, graph_seconds)
         t2 = time.perf_counter()
         results = tier.adapter.post_ops(outputs, pre)
         t3 = time.perf_counter()
+        t1 = t2 - sum(graph_seconds)  # pre-ops: everything else before the post-ops (several when a tier retried)
         dropped = dict(pre.dropped, **tier.adapter.graph_dropped(outputs))
         exceeded = {k: v for k, v in dropped.items() if v}
         if exceeded:
@@ -108,7 +109,7 @@ class DeployedModel:
             print_log(f'DeployedModel: bounds exceeded, items dropped: {exceeded} (raise the bounds and re-export)',
                       logger='current', level=30)
         return DeployOutput(results, outputs, dropped, dict(pre_ops=t1 - t0, graph=t2 - t1, post_ops=t3 - t2), pre,
-                            tier.scale)
+                            tier.scale, tuple(attempts))
 
     def __call__(self, data):
         """Final predictions of one batch (list of data samples)."""

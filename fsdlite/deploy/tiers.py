@@ -5,18 +5,24 @@ frames measured), and a fixed-shape graph does the padded work whatever the inpu
 capacity it does not use.  With tiers (``deploy/export_onnx.py --tiers 0.4 0.6``) the exporter also writes, for
 each scale ``s < 1``, a graph whose **pre-op bounds** -- the sizes the pre-ops alone decide before the graph runs
 (detectors: ``max_points``, ``max_voxels``, ``max_pairs``) -- are the folder's bounds times ``s`` (rounded up,
-``fsdlite.structures.bounds.scale_bounds``); every in-graph bound (foreground points, clusters, boxes) stays.
+``fsdlite.structures.bounds.scale_bounds``), and so are the in-graph bounds a model lets the tiers scale
+(``TIER_GRAPH_BOUNDS``: FSDv2-lite's mixer voxels and pairs, whose use follows the frame); the other in-graph bounds
+(foreground points, clusters, boxes) stay.
 Each tier graph is an ordinary fixed-shape plain-ONNX graph, checked like ``model.onnx``.
 
 At run time (:class:`~fsdlite.deploy.runtime.DeployedModel`) the pre-ops run for the smallest tier whose pre-op
 bounds hold for the input (:func:`select_tier`); an input that fits no tier runs ``model.onnx`` with the full
-bounds (and, as before, anything beyond them is dropped and counted).  The detectors first try the smallest tier
-whose points and input voxels fit; when a deeper UNet level or pair slot of it overflows, they build the
-first-stage rulebooks once at the full bounds, count exactly what every level and pair slot needs, and cut the
-maps to the chosen tier's bounds (``SparseUNet.shrink_rulebooks``) instead of trying tier after tier.  A tier
-only changes padding, so it returns what ``model.onnx`` returns on the same input (the per-point / per-voxel
+bounds (and, as before, anything beyond them is dropped and counted).  A detector on pair lists (the static
+configs) builds its exact first-stage rulebooks once per input (``StaticDetectorMixin.first_stage_rulebooks``), so
+it knows what every UNet level and pair slot needs before it picks a tier, and tiles them for the tier it picks.
+A detector on neighbour maps first tries the smallest tier whose points and input voxels fit; when a deeper level
+overflows, it builds the maps once at the full bounds, counts what every level needs, and cuts the maps to the
+chosen tier's bounds (``SparseUNet.shrink_rulebooks``) instead of trying tier after tier.  When the graph of the
+chosen tier drops items in a scaled in-graph bound, the input runs again on the next tier (:func:`run_on_tiers`).
+A tier only changes padding, so it returns what ``model.onnx`` returns on the same input (the per-point / per-voxel
 outputs have the tier's row count).
 """
+import time
 from typing import NamedTuple
 
 
@@ -70,4 +76,34 @@ def select_tier(tiers, data):
     raise AssertionError('unreachable: the last tier is always taken')
 
 
-__all__ = ['Tier', 'check_tier_scales', 'select_tier']
+def run_on_tiers(tiers, data, graph_seconds=None):
+    """Pre-ops and graph on the smallest tier that holds ``data``, in-graph bounds included.
+
+    :func:`select_tier` picks the tier by its pre-ops; when the graph then drops items in an in-graph bound the tiers
+    scale (``adapter.tier_overflow``, e.g. FSDv2-lite's mixer voxels), the input runs again on the next larger tier
+    that may hold it; the last tier is taken in any case.
+
+    Args:
+        tiers (Sequence[Tier]): ascending scales, the last one the full bounds.
+        data: one batch of raw data (the family's format).
+        graph_seconds (list, optional): receives the wall time of every graph run.
+    Returns:
+        ``(tier, pre, outputs, attempts)``: the tier taken, its pre-ops result and graph outputs, and the scales
+        tried (the last one is the tier's).
+    """
+    prepared = tiers[-1].adapter.prepare_input(data) if tiers else data
+    start, attempts = 0, []
+    while True:
+        tier, pre = select_tier(tiers[start:], prepared)
+        started = time.perf_counter()
+        outputs = tier.graph(pre.inputs)
+        if graph_seconds is not None:
+            graph_seconds.append(time.perf_counter() - started)
+        attempts.append(tier.scale)
+        index = next(i for i, t in enumerate(tiers) if t is tier)
+        if index == len(tiers) - 1 or not tier.adapter.tier_overflow(outputs):
+            return tier, pre, outputs, attempts
+        start = index + 1
+
+
+__all__ = ['Tier', 'check_tier_scales', 'select_tier', 'run_on_tiers']

@@ -6,7 +6,8 @@ import torch
 
 from fsdlite.deploy import DeployedModel, export_model
 from fsdlite.deploy.adapter import Frame, PreOpsResult
-from fsdlite.deploy.tiers import Tier, check_tier_scales, select_tier
+from fsdlite.deploy import prepare
+from fsdlite.deploy.tiers import Tier, check_tier_scales, run_on_tiers, select_tier
 from fsdlite.deploy.verify import verify_deploy
 from fsdlite.structures.bounds import scale_bounds
 
@@ -81,6 +82,35 @@ def test_select_tier_measures_the_needs_after_a_miss():
     assert tier.scale == 1.0 and pre.dropped == dict(max_size=0) and [t.adapter.calls for t in tiers] == [1, 0, 1]
     with pytest.raises(ValueError, match='tiers must not be empty'):
         select_tier([], 1)
+
+
+class GraphSizedAdapter(SizedAdapter):
+    """Also an in-graph bound the tiers scale: the tier's graph drops what exceeds ``graph_capacity``."""
+
+    def __init__(self, capacity, graph_capacity):
+        super().__init__(capacity)
+        self.graph_capacity = graph_capacity
+
+    def pre_ops(self, size):
+        pre = super().pre_ops(size)
+        return pre._replace(inputs=dict(size=self.size(size)))
+
+    def graph(self, inputs):
+        return dict(dropped=max(0, inputs['size'] - self.graph_capacity))
+
+    def tier_overflow(self, outputs):
+        return {'max_graph': outputs['dropped']} if outputs['dropped'] else {}
+
+
+def test_run_on_tiers_moves_on_when_the_graph_overflows_a_scaled_bound():
+    adapters = [GraphSizedAdapter(10, 5), GraphSizedAdapter(20, 30), GraphSizedAdapter(40, 60)]
+    tiers = [Tier(scale, {}, a, a.graph) for scale, a in zip((0.25, 0.5, 1.0), adapters)]
+    for size, taken, attempts, dropped in ((4, 0.25, [0.25], 0), (8, 0.5, [0.25, 0.5], 0), (25, 1.0, [1.0], 0),
+                                           (70, 1.0, [1.0], 10)):
+        seconds = []
+        tier, pre, outputs, tried = run_on_tiers(tiers, size, seconds)
+        assert (tier.scale, tried, outputs['dropped']) == (taken, attempts, dropped), size
+        assert pre.inputs == dict(size=size) and len(seconds) == len(tried)
 
 
 @pytest.fixture(scope='module')
@@ -160,3 +190,51 @@ def test_tier_pre_ops_reuse_the_full_rulebooks_exactly(tiered_export, kitti_fram
                 assert reused.dropped == direct.dropped
                 for name, tensor in direct.inputs.items():
                     assert torch.equal(reused.inputs[name], tensor), (frame.name, tier.scale, name)
+
+
+def test_pre_ops_tile_the_exact_pairs_into_the_map_built_pair_lists(tiered_export, kitti_frame):
+    """The pre-ops build the pair lists from the exact offset-grouped pairs, shared by every tier (no neighbour
+    maps): the same graph inputs and drop counts as the lists of the maps built at each tier's bounds, also for the
+    tier the whole frame overflows (its points; then its first level takes the map path, cut and counted)."""
+    deployed = DeployedModel(tiered_export.out_dir)
+    for frame in (kitti_frame, half_frame(kitti_frame)):
+        prepared = deployed.tiers[-1].adapter.prepare_input(frame.data)
+        assert prepared.maps is not None and len(prepared.maps.needed) == 3
+        for tier in deployed.tiers:
+            model = tier.adapter.model
+            with torch.no_grad():
+                exact = model.static_inputs(prepared.inputs, strict=False, maps=prepared.maps)
+                maps = model.first_stage_rulebooks(prepared.inputs, strict=False, neighbour_maps=True)
+                by_maps = model.static_inputs(prepared.inputs, strict=False, maps=maps)
+            assert torch.equal(exact.dropped, by_maps.dropped), (frame.name, tier.scale)
+            assert len(exact.nbrs) == len(by_maps.nbrs)
+            for name, a, b in zip(exact._fields, exact, by_maps):
+                pairs = zip(a, b) if name == 'nbrs' else [(a, b)]
+                assert all(torch.equal(x, y) for x, y in pairs), (frame.name, tier.scale, name)
+
+
+def test_fsdv2_tiers_scale_the_mixer_bounds_and_retry_when_they_overflow(tiny, kitti_frame, tmp_path):
+    """FSDv2-lite's tiers also scale the mixer's in-graph bounds (max_virtual_voxels / max_virtual_pairs).  With the
+    mixer bounds at the frame's exact needs and the pre-op bounds at 1.5x, the 0.8 tier's pre-ops hold the frame but
+    its mixer does not: the frame runs again on the full graph, which drops nothing and gives its own results."""
+    _, adapter, frames, _ = prepare(tiny.configs['fsdv2'], 'random', cfg_options=tiny.options['fsdv2'],
+                                    frames=[kitti_frame])
+    exact = type(adapter).measure_bounds(adapter.model, frames, 1.0)
+    assert set(adapter.tier_graph_bound_names) == {'max_virtual_voxels', 'max_virtual_pairs'}
+    tight = {k: exact[k] for k in adapter.tier_graph_bound_names if k in adapter.bounds}
+    assert tight, adapter.bounds
+    bounds = dict(adapter.bounds, **tight)
+    result = export_model(tiny.configs['fsdv2'], 'random', tmp_path, cfg_options=tiny.options['fsdv2'],
+                          frames=[kitti_frame], bounds=bounds, tiers=(0.8,))
+    tier_info = result.info['tiers'][0]
+    for name, value in tight.items():
+        assert tier_info['bounds'][name] == scale_bounds({name: value}, 0.8)[name]
+    assert tier_info['example_fits'] is False  # the pre-ops fit, the mixer does not
+    deployed = DeployedModel(tmp_path)
+    out = deployed.run(kitti_frame.data)
+    assert out.attempts == (0.8, 1.0) and out.tier == 1.0
+    assert not any(out.dropped.values()), out.dropped
+    full = deployed.tiers[-1]
+    reference = full.graph(full.adapter.pre_ops(kitti_frame.data).inputs)
+    for name in ('boxes', 'scores', 'num_boxes', 'dropped'):
+        assert torch.equal(out.outputs[name], reference[name]), name

@@ -335,32 +335,94 @@ class SparseUNet(nn.Module):
             tuple: list of ``(OffsetPairs, output rows, one_by_one)`` of every conv in execution order (rows of
             level 0 in sorted order), and the sorting permutation of ``voxel_coors`` (None when already sorted).
         """
-        from fsdlite.ops import OffsetPairs, conv_offset_pairs, conv_output_shape, subm_offset_pairs, voxel_keys
+        from fsdlite.ops import OffsetPairs, voxel_keys
 
-        from ..layers.rulebook_conv import conv_geometry
         coors = voxel_coors.long()
         key = voxel_keys(coors, self.sparse_shape)
         order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
-        levels = [(coors if order is None else coors.index_select(0, order), tuple(self.sparse_shape))]
-        subm, strided, plan = {}, {}, []
+        convs, levels = self.exact_rulebooks(coors if order is None else coors.index_select(0, order))
+        plan = []
+        for kind, pairs, strided, level_out, one_by_one in convs:
+            if kind == 'inverse':
+                pairs = OffsetPairs(convs[strided][1].pairs.flip(0), convs[strided][1].offset_starts)
+            plan.append((pairs, levels[level_out].shape[0], one_by_one))
+        return plan, order
+
+    def exact_rulebooks(self, voxel_coors):
+        """Offset-grouped pairs of every conv but the inverse ones, exact (no bound), rows of level 0 in the order of
+        ``voxel_coors`` (sorted by ``(b, z, y, x)`` takes the ops' fast paths); deeper levels are the strided
+        convs' output voxels, in that order.
+
+        Args:
+            voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
+        Returns:
+            tuple: list of ``(kind, OffsetPairs | None, strided, output level, one_by_one)`` of every conv in
+            execution order (kind 'subm', 'conv' or 'inverse'; an inverse conv has no pairs of its own: ``strided``
+            is the position of its strided conv, whose pairs it takes swapped), and the (V_s, 4) voxels of every level.
+        """
+        from fsdlite.ops import conv_offset_pairs, conv_output_shape, subm_offset_pairs
+
+        from ..layers.rulebook_conv import conv_geometry
+        levels = [(voxel_coors, tuple(self.sparse_shape))]
+        subm, strided, convs = {}, {}, []
         for block, s in self._blocks():
             g = conv_geometry(block[0])
             if g.kind == 'subm':
                 shared = (s, g.kernel_size, g.dilation)
                 if shared not in subm:
                     subm[shared] = subm_offset_pairs(*levels[s], g.kernel_size, g.dilation)
-                plan.append((subm[shared], levels[s][0].shape[0], g.one_by_one))
+                convs.append(('subm', subm[shared], None, s, g.one_by_one))
             elif g.kind == 'conv':
                 coors, shape = levels[s - 1]
                 out_coors, pairs = conv_offset_pairs(coors, shape, g.kernel_size, g.stride, g.padding, g.dilation)
                 levels.append((out_coors, conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation)))
-                strided[s] = pairs
-                plan.append((pairs, out_coors.shape[0], g.one_by_one))
+                strided[s] = len(convs)
+                convs.append(('conv', pairs, None, s, g.one_by_one))
             else:
-                pairs = strided[s]
-                plan.append((OffsetPairs(pairs.pairs.flip(0), pairs.offset_starts), levels[s - 1][0].shape[0],
-                             g.one_by_one))
-        return plan, order
+                convs.append(('inverse', None, strided[s], s - 1, g.one_by_one))
+        return convs, [coors for coors, _ in levels]
+
+    def exact_pair_counts(self, convs):
+        """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of :meth:`exact_rulebooks`' convs."""
+        counts = torch.zeros(self.pair_slots(), dtype=torch.long)
+        for kind, pairs, _, level, _ in convs:
+            if kind != 'inverse':
+                slot = 2 * level if kind == 'subm' else 2 * level - 1
+                counts[slot] = max(int(counts[slot]), int(pairs.offset_starts[-1]))
+        return counts
+
+    def pair_lists_from_exact(self, convs, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
+        """:meth:`build_pair_lists` of the maps :meth:`build_rulebooks` builds at ``max_voxels``, made from
+        :meth:`exact_rulebooks` instead when every level fits its bound (the same lists, without the maps).
+
+        Args:
+            convs (list): the first result of :meth:`exact_rulebooks`.
+            max_voxels (Sequence[int]): level bounds (the dump row of each level); every level must fit.
+            max_pairs (Sequence[int]): pair bound per :meth:`pair_slots` entry.
+            strict (bool, optional): raise when a slot has more pairs than its bound (default: eager mode);
+                otherwise the pairs that do not fit are dropped and counted.
+            bound_name (str): name of the bound in errors and counts.
+        Returns:
+            tuple: list of (3, P_slot) int64 pair lists in execution order, and (2S - 1,) int64 pairs dropped per slot.
+        """
+        from ..layers.pair_conv import pairs_from_offset_pairs
+        if len(max_pairs) != self.pair_slots():
+            raise ValueError(f'{bound_name} needs {self.pair_slots()} entries (submanifold map of each level and '
+                             f'strided map into each deeper level), got {list(max_pairs)}')
+        layout = self.rulebook_layout(max_voxels)
+        built, lists = {}, []
+        dropped = torch.zeros(self.pair_slots(), dtype=torch.long)
+        for (kind, pairs, strided, _, _), (_, slot, num_in, num_out) in zip(convs, layout):
+            if kind == 'inverse':  # the strided conv's pairs with input and output swapped
+                lists.append(lists[strided][[1, 0, 2]])
+                continue
+            if id(pairs) not in built:
+                pl = pairs_from_offset_pairs(pairs, num_in, num_out, max_pairs[slot], strict=strict,
+                                             bound_name=f'{bound_name}[{slot}]')
+                built[id(pairs)] = pl.pairs
+                dropped[slot] = torch.maximum(dropped[slot], pl.dropped)
+            lists.append(built[id(pairs)])
+        return lists, dropped
 
     def forward_fused(self, voxel_feats, voxel_coors):
         """Eager forward on :meth:`offset_pairs` and ``fsdlite.ops.sparse_conv`` (``conv_backend='fsdlite'``).

@@ -54,6 +54,16 @@ class RulebookMaps(NamedTuple):
     needed: tuple      #: voxels each level needs (level 0: the input voxels; deeper: valid + dropped)
 
 
+class ExactRulebooks(NamedTuple):
+    """The first-stage UNet's exact offset-grouped pairs of one preprocessed batch, whatever the bounds
+    (``SparseUNet.exact_rulebooks``), for models on pair lists: :meth:`StaticDetectorMixin.static_inputs` of every
+    capacity tier whose levels they fit tiles them into its pair lists (``SparseUNet.pair_lists_from_exact``)."""
+
+    convs: list     #: ``SparseUNet.exact_rulebooks`` entries in execution order (level 0 in the input's row order)
+    needed: tuple   #: voxels of every level (level 0: the input voxels)
+    pairs: tuple    #: real pairs per ``SparseUNet.pair_slots`` entry
+
+
 class PaddedInstances(NamedTuple):
     """Instances of the fixed-shape forward (K slots): ``feats`` (K, D), ``xyz`` (K, 3), ``batch`` (K,), ``labels``
     (K,) or None (the head predicts the class), ``valid`` (K,) bool, ``num`` () int64, ``dropped`` (D_i,) int64
@@ -106,6 +116,10 @@ class StaticDetectorMixin:
         """True when the bounds define ``max_pairs`` (the first-stage UNet runs on pair lists)."""
         return self.bounds is not None and 'max_pairs' in self.bounds
 
+    #: in-graph bounds a deploy capacity tier scales with its pre-op bounds (their use follows the input's size);
+    #: a tier whose graph drops items in one of them is not taken (``fsdlite.deploy.tiers.run_on_tiers``)
+    TIER_GRAPH_BOUNDS = ()
+
     def pre_ops_bound_names(self):
         """Names of the entries of :attr:`StaticInputs.dropped`, in order."""
         names = ['max_points'] + [f'max_voxels[{s}]' for s in range(len(self.backbone.encoder))]
@@ -149,16 +163,26 @@ class StaticDetectorMixin:
         return []
 
     # ----------------------------------------------------------------------------------------------- pre-ops
-    def first_stage_rulebooks(self, inputs, strict=None):
-        """The first-stage rulebooks of a preprocessed batch at this model's level bounds (:class:`RulebookMaps`),
-        the part of the pre-ops a model with smaller bounds (a deploy capacity tier) can reuse.
+    def first_stage_rulebooks(self, inputs, strict=None, neighbour_maps=False):
+        """The first-stage rulebooks of a preprocessed batch, the part of the pre-ops a model with smaller bounds (a
+        deploy capacity tier) can reuse: :class:`ExactRulebooks` when the model runs on pair lists, else the
+        neighbour maps at this model's level bounds (:class:`RulebookMaps`).
 
         Args:
             inputs (dict): output of the data preprocessor.
-            strict (bool, optional): raise when a level overflows its bound (default True); False truncates.
+            strict (bool, optional): raise when a level overflows its bound (default True); False truncates (maps)
+                or only measures (exact rulebooks).
+            neighbour_maps (bool): the maps also for a model on pair lists (the path of a batch with a level beyond
+                its bound, which :meth:`static_inputs` then cuts and counts).
         """
         self._require_bounds()
         strict = True if strict is None else strict
+        if self.uses_pair_lists() and not neighbour_maps:
+            convs, levels = self.backbone.exact_rulebooks(inputs['voxel_coors'].long())
+            needed = tuple(int(c.shape[0]) for c in levels)
+            for s, (n, b) in enumerate(zip(needed, self.bounds['max_voxels'])):
+                check_bound(n, b, f'max_voxels[{s}]', strict=strict)
+            return ExactRulebooks(convs, needed, tuple(self.backbone.exact_pair_counts(convs).tolist()))
         coors, _ = pad_to_bound(inputs['voxel_coors'], self.bounds['max_voxels'][0], 'max_voxels[0]', strict=strict)
         return self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
 
@@ -177,8 +201,8 @@ class StaticDetectorMixin:
                 ``point2voxel``); its voxelization is the voxel hashing of the pre-ops.
             strict (bool, optional): raise when a bound of the pre-ops (``max_points``, ``max_voxels[s]``,
                 ``max_pairs``) overflows (default True); False truncates and counts (deploy runtimes).
-            maps (RulebookMaps, optional): :meth:`first_stage_rulebooks` of the same inputs by a model with bounds
-                >= these (cut to these bounds instead of building them again).
+            maps (ExactRulebooks | RulebookMaps, optional): :meth:`first_stage_rulebooks` of the same inputs (by a
+                model with bounds >= these for maps, cut to these bounds), instead of building them again.
         Returns:
             StaticInputs
         """
@@ -192,15 +216,24 @@ class StaticDetectorMixin:
             p2v = inputs['point2voxel'][:points.bound]
             p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
             p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
-            if maps is None:
-                maps = self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
-            nbrs = self.backbone.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
-            dropped = [drop_p, drop_v.to(drop_p)] + [check_bound(n, b, f'max_voxels[{s}]', strict=strict).to(drop_p)
-                                                     for s, (n, b) in enumerate(zip(maps.needed, levels)) if s > 0]
-            if self.uses_pair_lists():
-                nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
-                                                                  strict=strict)
+            if self.uses_pair_lists() and maps is None:
+                maps = self.first_stage_rulebooks(inputs, strict=False)
+            if isinstance(maps, ExactRulebooks) and not any(n > b for n, b in zip(maps.needed, levels)):
+                nbrs, drop_pairs = self.backbone.pair_lists_from_exact(maps.convs, levels, self.bounds['max_pairs'],
+                                                                       strict=strict)
+                dropped = [drop_p, drop_v.to(drop_p)] + [drop_p.new_zeros(()) for _ in levels[1:]]
                 dropped += list(drop_pairs.to(drop_p))
+            else:  # neighbour maps (also the pair lists of a batch with a level beyond its bound: cut, counted)
+                if not isinstance(maps, RulebookMaps):
+                    maps = self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
+                nbrs = self.backbone.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
+                dropped = [drop_p, drop_v.to(drop_p)] + [
+                    check_bound(n, b, f'max_voxels[{s}]', strict=strict).to(drop_p)
+                    for s, (n, b) in enumerate(zip(maps.needed, levels)) if s > 0]
+                if self.uses_pair_lists():
+                    nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
+                                                                      strict=strict)
+                    dropped += list(drop_pairs.to(drop_p))
         dropped = torch.stack(dropped)
         return StaticInputs(points.data, batch.data, points.num_valid, p2v, coors.data, coors.num_valid,
                             tuple(nbrs), dropped)
@@ -395,5 +428,5 @@ def dynamic_path(model, conv_backend='spconv'):
             module.conv_backend = backend
 
 
-__all__ = ['RulebookMaps', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS', 'PRE_OP_BOUNDS',
-           'StaticDetectorMixin', 'StaticGraph']
+__all__ = ['RulebookMaps', 'ExactRulebooks', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS',
+           'PRE_OP_BOUNDS', 'StaticDetectorMixin', 'StaticGraph']

@@ -75,6 +75,51 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     return PairList(pairs, needed, needed - placed)
 
 
+def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None,
+                            bound_name='max_pairs'):
+    """The pair list :func:`pairs_from_nbr` builds from a neighbour map, built from the same convolution's
+    offset-grouped pairs instead (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs``: output rows ascending
+    within an offset, as the map lists them), with no (Vout, K) map in between (the deploy pre-ops).
+
+    Each offset's pairs are one contiguous run of the input and start its run of tiles in the list: a pair's
+    row in the list is its column plus its offset's shift.
+
+    Args:
+        offset_pairs (tuple): ``(pairs (2, P) int64 [input row; output row], offset_starts (K + 1,) int64)``.
+        num_in (int): Vin, the dump input row.
+        num_out (int): Vout, the dump output row.
+        max_pairs (int): bound on the real pairs; the list has :func:`pair_capacity` rows.
+        tile (int): rows per tile.
+        strict (bool, optional): raise ``BoundExceededError`` when there are more than ``max_pairs`` pairs
+            (default: eager mode); otherwise the pairs that do not fit are dropped (highest offsets first) and
+            counted, as :func:`pairs_from_nbr` does.
+        bound_name (str): name of the bound in that error.
+    Returns:
+        PairList
+    """
+    pairs, starts = offset_pairs
+    if pairs.dim() != 2 or pairs.shape[0] != 2 or starts.dim() != 1 or starts.numel() < 2:
+        raise ValueError(f'pairs_from_offset_pairs: expected pairs (2, P) and offset_starts (K + 1,) with K >= 1, got '
+                         f'{tuple(pairs.shape)} and {tuple(starts.shape)}')
+    kv = starts.numel() - 1
+    capacity = pair_capacity(max_pairs, kv, tile)
+    counts = starts[1:] - starts[:-1]
+    tiles = torch.div(counts + (tile - 1), tile, rounding_mode='floor')
+    first_row = (torch.cumsum(tiles, 0) - tiles) * tile                  # of each offset's tiles
+    dest = torch.arange(pairs.shape[1], device=pairs.device) + torch.repeat_interleave(first_row - starts[:-1], counts)
+    placed = int(torch.searchsorted(dest, capacity))                    # dest ascends: the pairs that fit lead
+    out = torch.empty((3, capacity), dtype=torch.long, device=pairs.device)
+    out[0].fill_(int(num_in))
+    out[1].fill_(int(num_out))
+    out[:2].index_copy_(1, dest[:placed], pairs[:, :placed])
+    tile_offset = torch.repeat_interleave(torch.arange(kv, device=pairs.device), tiles)[:capacity // tile]
+    out[2, :tile_offset.numel() * tile] = tile_offset.repeat_interleave(tile)
+    out[2, tile_offset.numel() * tile:] = 0  # tiles no offset uses
+    needed = counts.sum()
+    check_bound(needed, int(max_pairs), bound_name, strict=strict)
+    return PairList(out, needed, needed - placed)
+
+
 def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     """``fsdlite.ops.rulebook_pairs`` with fixed shapes and standard ops only (for maps built inside a graph):
     ranks by a cumulative sum per offset, one row-wise scatter of ``[input, output]`` into a discarded extra row.
@@ -149,5 +194,5 @@ def pair_conv_forward(module, feats, pairs, num_out):
     return pair_conv(feats, pairs, module.weight, num_out, module.bias, one_by_one=conv_geometry(module).one_by_one)
 
 
-__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'traced_pairs', 'pair_conv',
-           'pair_conv_forward']
+__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'pairs_from_offset_pairs', 'traced_pairs',
+           'pair_conv', 'pair_conv_forward']

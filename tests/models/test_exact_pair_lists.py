@@ -1,0 +1,68 @@
+"""Pair lists straight from the exact offset-grouped pairs (``SparseUNet.exact_rulebooks`` ->
+``pair_lists_from_exact``, ``layers.pair_conv.pairs_from_offset_pairs``), the deploy pre-ops' path: the same lists,
+pair counts and drops as the neighbour-map path (``build_rulebooks`` -> ``build_pair_lists``), on unsorted voxels,
+with pair bounds that hold and with too few pairs (truncated and counted, or raised)."""
+import pytest
+import torch
+
+from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.layers.pair_conv import pair_capacity, pairs_from_nbr, pairs_from_offset_pairs
+from fsdlite.ops import subm_offset_pairs
+from fsdlite.structures.bounds import BoundExceededError
+
+
+def unet_and_voxels(seed, count):
+    """A three-level SparseUNet and ``count`` unique voxels of two samples in random (unsorted) order."""
+    unet = SparseUNet(5, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 24.0, 24.0, 8.0), base_channels=4,
+                      encoder_channels=((4,), (8, 8), (8,)), decoder_channels=((8, 8, 8), (8, 8, 4), (4, 4, 6))).eval()
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.randperm(2 * 8 * 24 * 24, generator=g)[:count]
+    b, rest = keys // (8 * 24 * 24), keys % (8 * 24 * 24)
+    return unet, torch.stack([b, rest // 576, (rest // 24) % 24, rest % 24], 1)
+
+
+@pytest.mark.parametrize('seed, count', [(0, 600), (1, 1200)])
+def test_exact_pair_lists_equal_the_map_built_ones(seed, count):
+    unet, coors = unet_and_voxels(seed, count)
+    convs, level_coors = unet.exact_rulebooks(coors)
+    levels = [count + 17] + [c.shape[0] + 5 for c in level_coors[1:]]  # every level fits, with padding rows
+    padded = torch.cat([coors, torch.zeros(17, 4, dtype=torch.long)])
+    nbrs, counts, dropped = unet.build_rulebooks(padded, count, levels, inverse_maps=False)
+    assert [int(c) for c in counts] == [c.shape[0] for c in level_coors] and int(sum(dropped)) == 0
+    needed = unet.count_pairs(nbrs, levels)
+    assert torch.equal(unet.exact_pair_counts(convs), needed) and int(needed.min()) > 0
+    short = [1] * len(needed)  # the pairs beyond each slot's capacity are lost, highest offsets first
+    for max_pairs in (needed.tolist(), (needed + 300).tolist(), short):
+        by_maps, drop_maps = unet.build_pair_lists(nbrs, levels, max_pairs, strict=False)
+        exact, drop_exact = unet.pair_lists_from_exact(convs, levels, max_pairs, strict=False)
+        assert torch.equal(drop_exact, drop_maps) and len(exact) == len(by_maps)
+        assert all(torch.equal(a, b) for a, b in zip(exact, by_maps))
+    assert int(drop_exact.sum()) > 0
+    with pytest.raises(BoundExceededError, match=r'max_pairs\[0\]'):  # strict: the first slot over its bound
+        unet.pair_lists_from_exact(convs, levels, short, strict=True)
+    with pytest.raises(ValueError, match='max_pairs needs 5 entries'):
+        unet.pair_lists_from_exact(convs, levels, [100])
+
+
+def test_exact_rulebooks_keep_the_input_row_order_of_level_zero():
+    unet, coors = unet_and_voxels(3, 500)
+    convs, levels = unet.exact_rulebooks(coors)
+    assert torch.equal(levels[0], coors)
+    kind, pairs, _, level, _ = convs[0]
+    assert kind == 'subm' and level == 0
+    reference = subm_offset_pairs(coors, unet.sparse_shape, 3)
+    assert torch.equal(pairs.pairs, reference.pairs) and torch.equal(pairs.offset_starts, reference.offset_starts)
+    inverse = [c for c in convs if c[0] == 'inverse']
+    assert inverse and all(c[1] is None and convs[c[2]][0] == 'conv' for c in inverse)
+
+
+def test_pairs_from_offset_pairs_of_no_pairs_and_bad_shapes():
+    starts = torch.zeros(28, dtype=torch.long)
+    empty = pairs_from_offset_pairs((torch.zeros(2, 0, dtype=torch.long), starts), 5, 7, 10)
+    by_map = pairs_from_nbr(torch.full((7, 27), 5), 5, 10)
+    assert torch.equal(empty.pairs, by_map.pairs) and int(empty.needed) == int(empty.dropped) == 0
+    assert empty.pairs.shape == (3, pair_capacity(10, 27))
+    with pytest.raises(ValueError, match=r'expected pairs \(2, P\) and offset_starts \(K \+ 1,\)'):
+        pairs_from_offset_pairs((torch.zeros(3, 4, dtype=torch.long), starts), 5, 5, 10)
+    with pytest.raises(ValueError, match=r'expected pairs \(2, P\) and offset_starts \(K \+ 1,\)'):
+        pairs_from_offset_pairs((torch.zeros(2, 4, dtype=torch.long), torch.zeros(1, dtype=torch.long)), 5, 5, 10)
