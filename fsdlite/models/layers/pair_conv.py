@@ -130,10 +130,12 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     vout, kv = nbr.shape
     nbr_t = nbr.t()                                                    # (K, Vout), offset-major
     real = nbr_t < num_in
-    count = real.sum(1)
+    rank = torch.cumsum(real.long(), 1)                                # 1 + rank of each real pair in its offset
+    count = rank[:, -1] if vout else rank.new_zeros(kv)                # (no separate reductions over (K, Vout))
     tiles = torch.div(count + (tile - 1), tile, rounding_mode='floor')
     tile_end = torch.cumsum(tiles, 0)
-    pos = ((tile_end - tiles) * tile).view(-1, 1) + torch.cumsum(real.long(), 1) - 1
+    first = (tile_end - tiles) * tile                                  # row of each offset's first tile
+    pos = first.view(-1, 1) + rank - 1
     placed = real & (pos < capacity)
     pos = torch.where(placed, pos, torch.full_like(pos, capacity)).reshape(-1)
     rows = torch.arange(vout, device=nbr.device).view(1, -1).expand(kv, vout)
@@ -144,7 +146,7 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     tile_offset = (tile_end.view(1, -1) <= torch.arange(num_tiles, device=nbr.device).view(-1, 1)).sum(1)
     tile_offset = torch.where(tile_offset < kv, tile_offset, torch.zeros_like(tile_offset))
     offsets = tile_offset.view(-1, 1).expand(num_tiles, tile).reshape(1, -1)
-    return torch.cat([io, offsets], 0), real.sum(), placed.sum()
+    return torch.cat([io, offsets], 0), count.sum(), torch.minimum((capacity - first).clamp(min=0), count).sum()
 
 
 def pair_conv(feats, pairs, weight, num_out, bias=None, one_by_one=False, tile=PAIR_TILE):
