@@ -197,8 +197,8 @@ class DetectorAdapter(DeployAdapter):
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
         with torch.no_grad():
             inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
-            exact = self.model.uses_pair_lists() and inputs['voxel_coors'].shape[0] > 0
-            return PreprocessedClouds(inputs, self.model.first_stage_rulebooks(inputs, strict=False) if exact else None)
+            exact = self.model.first_stage_rulebooks(inputs, strict=False) if self.model.uses_pair_lists() else None
+            return PreprocessedClouds(inputs, exact)
 
     def measure_needs(self, prepared):
         """``prepared`` with its first-stage rulebooks built at this adapter's bounds (see PreprocessedClouds)."""

@@ -62,7 +62,21 @@ def test_pairs_from_offset_pairs_of_no_pairs_and_bad_shapes():
     by_map = pairs_from_nbr(torch.full((7, 27), 5), 5, 10)
     assert torch.equal(empty.pairs, by_map.pairs) and int(empty.needed) == int(empty.dropped) == 0
     assert empty.pairs.shape == (3, pair_capacity(10, 27))
-    with pytest.raises(ValueError, match=r'expected pairs \(2, P\) and offset_starts \(K \+ 1,\)'):
+    expected = r'expected int64 pairs \(2, P\) and offset_starts \(K \+ 1,\)'
+    with pytest.raises(ValueError, match=expected + r'.*got torch.int64 \(3, 4\)'):
         pairs_from_offset_pairs((torch.zeros(3, 4, dtype=torch.long), starts), 5, 5, 10)
-    with pytest.raises(ValueError, match=r'expected pairs \(2, P\) and offset_starts \(K \+ 1,\)'):
+    with pytest.raises(ValueError, match=expected + r'.*torch.int64 \(1,\)'):
         pairs_from_offset_pairs((torch.zeros(2, 4, dtype=torch.long), torch.zeros(1, dtype=torch.long)), 5, 5, 10)
+    with pytest.raises(ValueError, match=expected + r'.*got torch.float32 \(2, 4\)'):
+        pairs_from_offset_pairs((torch.zeros(2, 4), starts), 5, 5, 10)
+
+
+def test_exact_pair_lists_of_no_voxels_hold_only_dumps():
+    unet, _ = unet_and_voxels(0, 1)
+    convs, levels = unet.exact_rulebooks(torch.zeros(0, 4, dtype=torch.long))
+    assert [c.shape[0] for c in levels] == [0, 0, 0] and int(unet.exact_pair_counts(convs).sum()) == 0
+    bounds = [6, 4, 2]
+    lists, dropped = unet.pair_lists_from_exact(convs, bounds, [10] * 5)
+    for pairs, (_, _, num_in, num_out) in zip(lists, unet.rulebook_layout(bounds)):
+        assert (pairs[0] == num_in).all() and (pairs[1] == num_out).all()
+    assert int(dropped.sum()) == 0

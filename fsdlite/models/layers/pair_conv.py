@@ -16,9 +16,10 @@ and the convolution is, with the P = nt * PAIR_TILE pairs as nt tiles,
 
 which exports to standard ONNX Gather / MatMul / ScatterND(add) with static shapes (ORT runs the row-wise
 ScatterND fast, unlike an element-wise ScatterElements).  The capacity P comes from a bound on the real pairs
-(``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour map outside the graph (pre-ops) and
-reports pairs that did not fit.  Same sums as :func:`~fsdlite.models.layers.rulebook_conv.rulebook_conv` (up to
-float summation order); spconv's weights are used unchanged.
+(``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour map, :func:`pairs_from_offset_pairs` from
+the exact offset-grouped pairs (the deploy pre-ops), both outside the graph, and report pairs that did not fit.
+Same sums as :func:`~fsdlite.models.layers.rulebook_conv.rulebook_conv` (up to float summation order); spconv's
+weights are used unchanged.
 """
 from typing import NamedTuple
 
@@ -98,9 +99,10 @@ def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_
         PairList
     """
     pairs, starts = offset_pairs
-    if pairs.dim() != 2 or pairs.shape[0] != 2 or starts.dim() != 1 or starts.numel() < 2:
-        raise ValueError(f'pairs_from_offset_pairs: expected pairs (2, P) and offset_starts (K + 1,) with K >= 1, got '
-                         f'{tuple(pairs.shape)} and {tuple(starts.shape)}')
+    if (pairs.dim() != 2 or pairs.shape[0] != 2 or starts.dim() != 1 or starts.numel() < 2
+            or pairs.dtype != torch.long or starts.dtype != torch.long):
+        raise ValueError(f'pairs_from_offset_pairs: expected int64 pairs (2, P) and offset_starts (K + 1,) with '
+                         f'K >= 1, got {pairs.dtype} {tuple(pairs.shape)} and {starts.dtype} {tuple(starts.shape)}')
     kv = starts.numel() - 1
     capacity = pair_capacity(max_pairs, kv, tile)
     counts = starts[1:] - starts[:-1]
