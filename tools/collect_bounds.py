@@ -144,11 +144,11 @@ def main(argv=None):
         else:
             mean = round(sum(values) / len(values), 1)
         print(f'{key:<20}  {str(value):<28}  {mean}')
-    fractions = tier_fractions(history, bounds)
+    fractions = tier_fractions(history, bounds, PRE_OP_BOUNDS + tuple(getattr(model, 'TIER_GRAPH_BOUNDS', ())))
     tiers = suggest_tiers(fractions)
     ordered = sorted(fractions)
-    print(f'pre-op needs per frame as a fraction of these bounds (its capacity tier): min {ordered[0]:.2f}, median '
-          f'{ordered[(len(ordered) - 1) // 2]:.2f}, max {ordered[-1]:.2f}; '
+    print(f'needs per frame in the bounds tiers scale, as a fraction of these bounds (its capacity tier): min '
+          f'{ordered[0]:.2f}, median {ordered[(len(ordered) - 1) // 2]:.2f}, max {ordered[-1]:.2f}; '
           + (f'suggested: deploy/export_onnx.py ... --tiers {" ".join(f"{t:g}" for t in tiers)}' if tiers else
              'no capacity tier below 1 would help'))
     text = (f'# measured by tools/collect_bounds.py {args.config} on {len(history)} frame(s), margin {args.margin}\n'

@@ -71,7 +71,7 @@ def test_collect_bounds_margin_and_errors(tools, capsys, tmp_path):
     # one frame at margin 1.5 needs ~1/1.5 of every pre-op bound: a tier of 0.7 holds it
     assert '# capacity tiers for deploy/export_onnx.py: --tiers 0.7\n' in text
     printed = capsys.readouterr().out
-    assert 'pre-op needs per frame as a fraction of these bounds (its capacity tier): min 0.67' in printed
+    assert 'as a fraction of these bounds (its capacity tier): min 0.67' in printed
     row = next(line for line in printed.splitlines() if line.startswith('max_points'))
     assert bounds['max_points'] == math.ceil(int(row.split()[1]) * 1.5)
     with pytest.raises(SystemExit) as exc:
