@@ -44,7 +44,8 @@ class FrameCheck(NamedTuple):
     ``dropped`` dict bound name -> items dropped (pre-ops and graph); ``seconds`` deployed stage times;
     ``error`` str ('' when the frame ran): the bound that raised; ``fp64`` dict output name ->
     ``(ort_vs_float64, torch_float32_vs_float64)`` max abs distances, for outputs beyond their tolerance;
-    ``tier`` the capacity tier that ran (1.0: ``model.onnx``).
+    ``tier`` the capacity tier that ran (1.0: ``model.onnx``); ``attempts`` the tiers whose graph ran (more than
+    one when a tier's graph overflowed an in-graph bound the tiers scale, :func:`~fsdlite.deploy.tiers.run_on_tiers`).
     """
     name: str
     source: str
@@ -55,6 +56,7 @@ class FrameCheck(NamedTuple):
     error: str = ''
     fp64: dict = {}
     tier: float = 1.0
+    attempts: tuple = ()
 
     def output_ok(self, diff):
         """Within tolerance, or no farther from float64 than PyTorch float32 is (see the module docstring)."""
@@ -117,11 +119,12 @@ def check_frame(deployed, references, frame):
         torch_outputs = adapter.run_torch_graph(out.pre.inputs)
     except BoundExceededError as err:  # ONNX Runtime truncated and counted; eager PyTorch raises
         return FrameCheck(frame.name, frame.source, [], None, out.dropped, out.seconds, f'PyTorch graph: {err}',
-                          tier=out.tier)
+                          tier=out.tier, attempts=out.attempts)
     diffs = adapter.compare_outputs(out.outputs, torch_outputs, out.pre)
     fp64 = float64_distances(adapter, out, torch_outputs, [d.name for d in diffs if not d.ok])
     match = adapter.compare_results(out.results, adapter.reference(frame.data))
-    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64, tier=out.tier)
+    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64, tier=out.tier,
+                      attempts=out.attempts)
 
 
 def float64_distances(adapter, out, torch_outputs, names):
@@ -179,6 +182,9 @@ def format_checks(checks):
             continue
         times = ', '.join(f'{k} {v * 1e3:.1f} ms' for k, v in c.seconds.items())
         tier = f'capacity tier {c.tier:g}, ' if c.tier != 1.0 else ''
+        if len(c.attempts) > 1:
+            tried = ', '.join(f'{t:g}' for t in c.attempts[:-1])
+            tier = f'capacity tier {c.tier:g} (tier {tried} overflowed an in-graph bound the tiers scale), '
         lines.append(f'   deployed: {tier}{times}')
         exceeded = {k: v for k, v in c.dropped.items() if v}
         lines.append(f'   dropped (bounds exceeded): {exceeded}' if exceeded else '   bounds: all held (0 dropped)')

@@ -8,7 +8,7 @@ from fsdlite.deploy import DeployedModel, export_model
 from fsdlite.deploy.adapter import Frame, PreOpsResult
 from fsdlite.deploy import prepare
 from fsdlite.deploy.tiers import Tier, check_tier_scales, run_on_tiers, select_tier
-from fsdlite.deploy.verify import verify_deploy
+from fsdlite.deploy.verify import format_checks, verify_deploy
 from fsdlite.structures.bounds import scale_bounds
 
 
@@ -238,3 +238,6 @@ def test_fsdv2_tiers_scale_the_mixer_bounds_and_retry_when_they_overflow(tiny, k
     reference = full.graph(full.adapter.pre_ops(kitti_frame.data).inputs)
     for name in ('boxes', 'scores', 'num_boxes', 'dropped'):
         assert torch.equal(out.outputs[name], reference[name]), name
+    checks = verify_deploy(tmp_path, frames=[kitti_frame])
+    assert checks[0].attempts == (0.8, 1.0) and checks[0].ok and not checks[0].exceeded, checks
+    assert 'capacity tier 1 (tier 0.8 overflowed an in-graph bound the tiers scale)' in format_checks(checks)
