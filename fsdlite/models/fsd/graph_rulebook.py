@@ -29,6 +29,17 @@ def _kernel_offsets(kernel_size, device):
     return torch.stack(torch.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
 
 
+def _reaching_taps(c, k, s, p, d):
+    """(V, M) kernel taps ``kk`` (< k) of one axis through which coordinate ``c`` (V,) reaches an output cell of a
+    stride-``s`` conv (``c + p - kk * d`` a multiple of ``s``), ascending, -1 where there are fewer than
+    ``M = ceil(k / (s / gcd(d, s)))``; whether the output cell exists is checked by the caller."""
+    period = s // math.gcd(d, s)  # taps reaching outputs repeat with this period
+    first = [next((kk for kk in range(min(period, k)) if (r - kk * d) % s == 0), -1) for r in range(s)]
+    kk0 = torch.tensor(first, device=c.device).index_select(0, torch.remainder(c + p, s))  # smallest tap, -1: none
+    kk = kk0[:, None] + period * torch.arange(-(-k // period), device=c.device)[None, :]
+    return torch.where((kk0[:, None] >= 0) & (kk < k), kk, torch.full_like(kk, -1))
+
+
 class GraphRulebookOps:
     """Export-safe ``rulebook_subm`` / ``rulebook_conv`` / ``rulebook_inverse`` over a dense key table.
 
@@ -115,15 +126,19 @@ class GraphRulebookOps:
         vmax, device = coors.shape[0], coors.device
         valid = valid_mask(num_valid, vmax, device)
         self._check(coors, valid, shape)
-        kidx = _kernel_offsets(k, device)                                           # (K, 3)
-        kv = kidx.shape[0]
-        # one (V, K) tensor per axis (a trailing axis of 3 makes ORT's broadcasting element-wise ops slow)
-        ok, keys = valid[:, None], coors[:, :1]
+        kv = math.prod(k)
+        # Per axis only the kernel taps that can reach an output (kk * d = c + p mod s: at most
+        # ceil(k / (s / gcd(d, s))), 2 of 3 for k3 s2), so (V, M) candidates instead of (V, K): 8, not 27, for k3 s2.
+        ok, keys, tap = valid[:, None], coors[:, :1], torch.zeros_like(coors[:, :1])
         for axis in range(3):
-            t = coors[:, axis + 1:axis + 2] + p[axis] - kidx[:, axis].view(1, -1) * d[axis]  # (V, K) = o * stride
+            kk = _reaching_taps(coors[:, axis + 1], k[axis], s[axis], p[axis], d[axis])  # (V, M_axis), -1: none
+            t = coors[:, axis + 1:axis + 2] + p[axis] - kk * d[axis]               # = o * stride where kk is real
             q = torch.div(t, s[axis], rounding_mode='floor')                    # output cell on this axis
-            ok = ok & (t >= 0) & (t - q * s[axis] == 0) & (q < out_shape[axis])
-            keys = keys * out_shape[axis] + q                                   # (V, K); masked below
+            hit = (kk >= 0) & (t >= 0) & (q < out_shape[axis])
+            m = ok.shape[1] * kk.shape[1]                                       # candidates: all combinations
+            ok = (ok[:, :, None] & hit[:, None, :]).reshape(vmax, m)
+            keys = (keys[:, :, None] * out_shape[axis] + q[:, None, :]).reshape(vmax, m)
+            tap = (tap[:, :, None] * k[axis] + kk.clamp(min=0)[:, None, :]).reshape(vmax, m)
         g = self._key_space(out_shape)
         oz, oy, ox = out_shape
         okey = torch.where(ok, keys, torch.full_like(keys, g))
@@ -141,8 +156,8 @@ class GraphRulebookOps:
         row = torch.where(ok, rank.index_select(0, okey.reshape(-1).clamp(max=max(g - 1, 0))).view(okey.shape),
                           torch.full_like(okey, max_out))
         row = torch.where(row < max_out, row, torch.full_like(row, max_out))
-        src = torch.arange(vmax, device=device)[:, None].expand(vmax, kv)
-        flat = row * kv + torch.arange(kv, device=device)
+        src = torch.arange(vmax, device=device)[:, None].expand(vmax, tap.shape[1])
+        flat = row * kv + tap
         nbr = torch.full(((max_out + 1) * kv,), vmax, dtype=torch.long, device=device).scatter(
             0, flat.reshape(-1), src.reshape(-1)).view(max_out + 1, kv)[:max_out]
         return ConvRulebook(out_coors, kept, total - kept, nbr)
