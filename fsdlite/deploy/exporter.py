@@ -129,16 +129,17 @@ def prepare(config, checkpoint, bounds_file=None, cfg_options=None, batch_size=1
 
 def export_graph_checked(adapter, example, path, opset=DEFAULT_OPSET, verbose=False):
     """Export ``adapter``'s graph module traced on ``example`` (PreOpsResult) to ``path``, check it and, when it
-    is deployable, compare ONNX Runtime with PyTorch on the example: ``(seconds, summary, diffs)``."""
+    is deployable, compare ONNX Runtime with PyTorch on the example: ``(seconds, summary, diffs, outputs)``, the
+    last the ONNX Runtime outputs on the example (None when the graph is not deployable)."""
     with adapter.export_context():
         seconds = export_graph(adapter.graph_module(), tuple(example.inputs.values()), path, list(example.inputs),
                                list(adapter.output_meanings()), opset, verbose)
     summary = check_graph(path)
-    diffs = []
+    diffs, deployed = [], None
     if summary.ok:
         deployed = OrtGraph(path)(example.inputs)
         diffs = adapter.compare_outputs(deployed, adapter.run_torch_graph(example.inputs), example)
-    return seconds, summary, diffs
+    return seconds, summary, diffs, deployed
 
 
 def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verbose=False):
@@ -149,9 +150,8 @@ def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verb
                                adapter.host_state())
     pre = tier.pre_ops(example)
     path = Path(out_dir) / f'model_tier{scale:g}.onnx'
-    _, summary, diffs = export_graph_checked(tier, pre, path, opset, verbose)
-    fits = not any(pre.dropped.values()) and not (tier.tier_graph_bound_names
-                                                  and tier.tier_overflow(tier.run_torch_graph(pre.inputs)))
+    _, summary, diffs, outputs = export_graph_checked(tier, pre, path, opset, verbose)
+    fits = not any(pre.dropped.values()) and not (outputs is not None and tier.tier_overflow(outputs))
     entry = dict(scale=scale, onnx=path.name, bounds=bounds, nodes=summary.num_nodes, bytes=path.stat().st_size,
                  example_fits=fits)
     return TierExport(entry, summary, diffs)
@@ -198,7 +198,7 @@ def export_model(config, checkpoint, out_dir, bounds_file=None, cfg_options=None
     pre = adapter.pre_ops(frames[0].data)
     pre_seconds = time.perf_counter() - start
     path = out_dir / 'model.onnx'
-    seconds, summary, diffs = export_graph_checked(adapter, pre, path, opset, verbose)
+    seconds, summary, diffs, _ = export_graph_checked(adapter, pre, path, opset, verbose)
     tier_exports = [export_tier(cfg, adapter, s, frames[0].data, out_dir, opset, verbose) for s in scales]
     info = deploy_info(cfg, adapter, checkpoint, source, summary, path, seconds, frames[0], pre, pre_seconds)
     if tier_exports:

@@ -232,13 +232,20 @@ class SparseUNet(nn.Module):
         layout = []
         for block, s in self._blocks():
             kind = conv_geometry(block[0]).kind
-            if kind == 'subm':
-                layout.append((kind, 2 * s, max_voxels[s], max_voxels[s]))
-            elif kind == 'conv':
-                layout.append((kind, 2 * s - 1, max_voxels[s - 1], max_voxels[s]))
-            else:
-                layout.append((kind, 2 * s - 1, max_voxels[s], max_voxels[s - 1]))
+            rows = {'subm': (s, s), 'conv': (s - 1, s), 'inverse': (s, s - 1)}[kind]
+            layout.append((kind, self._pair_slot(kind, s), max_voxels[rows[0]], max_voxels[rows[1]]))
         return layout
+
+    @staticmethod
+    def _pair_slot(kind, level):
+        """:meth:`pair_slots` entry of a conv of ``kind`` in a block of UNet level ``level`` (a strided conv and its
+        inverse share the slot of the level the strided conv makes)."""
+        return 2 * level if kind == 'subm' else 2 * level - 1
+
+    def _check_pair_bounds(self, max_pairs, bound_name):
+        if len(max_pairs) != self.pair_slots():
+            raise ValueError(f'{bound_name} needs {self.pair_slots()} entries (submanifold map of each level and '
+                             f'strided map into each deeper level), got {list(max_pairs)}')
 
     def count_pairs(self, nbrs, max_voxels):
         """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of the maps of :meth:`build_rulebooks`."""
@@ -265,9 +272,7 @@ class SparseUNet(nn.Module):
             slot.
         """
         from ..layers.pair_conv import pairs_from_nbr
-        if len(max_pairs) != self.pair_slots():
-            raise ValueError(f'{bound_name} needs {self.pair_slots()} entries (submanifold map of each level and '
-                             f'strided map into each deeper level), got {list(max_pairs)}')
+        self._check_pair_bounds(max_pairs, bound_name)
         layout = self.rulebook_layout(max_voxels)
         if len(nbrs) != len(layout):
             raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
@@ -385,9 +390,9 @@ class SparseUNet(nn.Module):
     def exact_pair_counts(self, convs):
         """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of :meth:`exact_rulebooks`' convs."""
         counts = torch.zeros(self.pair_slots(), dtype=torch.long)
-        for kind, pairs, _, level, _ in convs:
+        for (kind, pairs, *_), (_, s) in zip(convs, self._blocks()):
             if kind != 'inverse':
-                slot = 2 * level if kind == 'subm' else 2 * level - 1
+                slot = self._pair_slot(kind, s)
                 counts[slot] = max(int(counts[slot]), int(pairs.offset_starts[-1]))
         return counts
 
@@ -406,9 +411,7 @@ class SparseUNet(nn.Module):
             tuple: list of (3, P_slot) int64 pair lists in execution order, and (2S - 1,) int64 pairs dropped per slot.
         """
         from ..layers.pair_conv import pairs_from_offset_pairs
-        if len(max_pairs) != self.pair_slots():
-            raise ValueError(f'{bound_name} needs {self.pair_slots()} entries (submanifold map of each level and '
-                             f'strided map into each deeper level), got {list(max_pairs)}')
+        self._check_pair_bounds(max_pairs, bound_name)
         layout = self.rulebook_layout(max_voxels)
         built, lists = {}, []
         dropped = torch.zeros(self.pair_slots(), dtype=torch.long)
