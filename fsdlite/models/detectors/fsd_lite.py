@@ -70,11 +70,13 @@ class FSDLite(SparseDetectorBase):
             clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
         with stage('sir'):
             keep = mask_to_index(clusters.point_cluster >= 0)
-            point, cluster, centre = fg.point_index[keep], clusters.point_cluster[keep], fg.centre[keep]
+            point, cluster, centre = (t.index_select(0, keep) for t in (fg.point_index, clusters.point_cluster,
+                                                                          fg.centre))
             num = clusters.num_clusters
             cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
-            xyz = inputs['points'][point, :3]
-            feats = torch.cat([point_feats[point], inputs['points'][point, 3:], centre - xyz], dim=1)
+            points = inputs['points'].index_select(0, point)
+            xyz = points[:, :3]
+            feats = torch.cat([point_feats.index_select(0, point), points[:, 3:], centre - xyz], dim=1)
             cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
         stats = dict(num_grouping_dropped=int(clusters.num_dropped))
         return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)

@@ -150,9 +150,9 @@ class ClusterHead(BaseModule):
         """
         boxes, scores, labels = self.decode(cls_logits, box_codes, ref_xyz, ref_class)
         keep = mask_to_index(scores > self.test_cfg['score_thr'])
-        boxes, scores, labels, batch = boxes[keep], scores[keep], labels[keep], ref_batch[keep]
+        boxes, scores, labels, batch = (t.index_select(0, keep) for t in (boxes, scores, labels, ref_batch))
         keep = self.nms(boxes, scores, labels, batch)
-        return boxes[keep], scores[keep], labels[keep], batch[keep]
+        return tuple(t.index_select(0, keep) for t in (boxes, scores, labels, batch))
 
     def select_padded(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class, valid, max_boxes, strict=None):
         """Fixed-shape twin of :meth:`predict` before NMS: the boxes above ``score_thr``, best first.

@@ -109,14 +109,14 @@ class ForegroundSampler:
         else:
             cand = torch.arange(n * c, device=device)
         cand_cls = cand % c
-        rank = segment_rank(batch[cand // c] * c + cand_cls, flat[cand], batch_size * c)
-        keep = rank < budgets[cand_cls]
+        rank = segment_rank(batch.index_select(0, cand // c) * c + cand_cls, flat.index_select(0, cand), batch_size * c)
+        keep = rank < budgets.index_select(0, cand_cls)
         num_over_budget = (~keep).sum() if mode == 'threshold' else torch.zeros((), dtype=torch.int64, device=device)
         sel = cand[keep]
-        point_index, class_id = sel // c, sel % c
-        centre = self.voted_centre(xyz[point_index], vote_codes[point_index, class_id])
-        return ForegroundPoints(point_index, class_id, batch[point_index], centre,
-                                scores[point_index, class_id], num_over_budget)
+        point_index, class_id = sel // c, sel % c  # sel indexes the flattened (N, C) pairs
+        centre = self.voted_centre(xyz.index_select(0, point_index), vote_codes.reshape(n * c, 3).index_select(0, sel))
+        return ForegroundPoints(point_index, class_id, batch.index_select(0, point_index), centre,
+                                scores.reshape(n * c).index_select(0, sel), num_over_budget)
 
     def voted_centre(self, xyz, codes):
         """Voted centres (P, 3) of points ``xyz`` (P, 3) with vote codes (P, 3), clamped into the point range."""

@@ -69,7 +69,7 @@ def _cluster_ops(padded):
         from ..layers.static_ops import gather_rows, static_segment_reduce
         return (lambda h, cluster, k: static_segment_reduce(h, cluster, k, 'max')), gather_rows
     from fsdlite.ops import segment_max
-    return (lambda h, cluster, k: segment_max(h, cluster, k)[0]), (lambda m, cluster: m[cluster])
+    return (lambda h, cluster, k: segment_max(h, cluster, k)[0]), (lambda m, cluster: m.index_select(0, cluster))
 
 
 @MODELS.register_module()

@@ -33,7 +33,7 @@ def voxel_centers(voxel_coors, voxel_size, point_range, dtype=torch.float32):
     Returns:
         Tensor: (V, 3) ``(x, y, z)`` centres.
     """
-    xyz_index = voxel_coors[:, [3, 2, 1]].to(dtype)
+    xyz_index = voxel_coors[:, 1:].flip(1).to(dtype)  # [b, z, y, x] -> (x, y, z)
     size = xyz_index.new_tensor([float(v) for v in voxel_size])
     low = xyz_index.new_tensor([float(v) for v in point_range[:3]])
     return (xyz_index + 0.5) * size + low
