@@ -17,7 +17,8 @@ model's channels (same bounds, same frame) and the slim config + weights go thro
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
-slower than eager (``eager / ort >= 1``, ORT as shipped).  ``--margin M`` replaces the configured bounds by the
+slower than eager (``eager / ort >= 1``, ORT as shipped). The PyTorch variants and the
+pre-/post-ops run in ``torch.inference_mode``.  ``--margin M`` replaces the configured bounds by the
 input's own needs times M (the padding overhead of the fixed shapes at its smallest).
 
     python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--margin M] [--only fsd voxelnet ...]
@@ -98,7 +99,7 @@ def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
         pre = full.adapter.pre_ops(data)
         return full.adapter.post_ops(full.graph(pre.inputs), pre)
 
-    with torch.no_grad():
+    with torch.inference_mode():  # every variant, as inference is run
         times = dict(eager=h.time_call(lambda: adapter.eager(data), repeat, warmup))
         # adapters without an eager() of their own run reference() as eager: the same call, timed once
         times['eager_spconv'] = (times['eager'] if type(adapter).eager is DeployAdapter.eager else

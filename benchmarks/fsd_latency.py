@@ -71,7 +71,7 @@ def work(frame, detector, static, checkpoint=None):
     data = dict(inputs=dict(points=[points]))
 
     def run():
-        with torch.no_grad():
+        with torch.inference_mode():
             model(**model.data_preprocessor(data, False), mode='predict')
 
     return run
@@ -85,7 +85,7 @@ def timed_runs(model, points, repeat):
     data = dict(inputs=dict(points=[points]))
     runs = []
     for i in range(repeat + 1):
-        with torch.no_grad(), record_stages() as rec:
+        with torch.inference_mode(), record_stages() as rec:
             start = time.perf_counter()
             inputs = model.data_preprocessor(data, False)['inputs']
             rec['voxelize'] += time.perf_counter() - start

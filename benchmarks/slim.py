@@ -7,7 +7,7 @@ short fine-tune with the config's own (rescaled) schedule.
 
 Every variant is measured on the same samples (batch 1, one torch thread): MACs on the first item of the
 config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
-predict forwards, for the slimmed weights before and after the fine-tune, all variants of a family timed
+predict forwards (in ``torch.inference_mode``), for the slimmed weights before and after the fine-tune, all variants of a family timed
 together at the end in turns (round robin over frames and repeats, so machine load hits them alike) in a fresh
 process (after the fine-tunes the benchmark's own process runs every model 5-15 % slower, unevenly) (a
 detector's later stages depend on what it predicts, so the fine-tuned latency is the one that counts; the
@@ -90,13 +90,14 @@ def peak_memory(config, ckpt, options):
 def interleaved_latency(models, frames, repeat):
     """``{key: seconds}``: mean over ``frames`` of the median predict time of each model in ``models``.
 
-    The models take turns on every frame and repeat (round robin), so a busy machine slows them alike.
+    The models take turns on every frame and repeat (round robin), so a busy machine slows them alike. They run in
+    ``torch.inference_mode`` (as :func:`fsdlite.slim.cost.measure_latency` does).
     """
     import statistics
 
     import torch
     times = {key: [[] for _ in frames] for key in models}
-    with torch.no_grad():
+    with torch.inference_mode():
         for model in models.values():
             model.eval()(**frames[0], mode='predict')  # warm-up
         for _ in range(repeat):

@@ -187,10 +187,14 @@ def count_params(model):
 
 
 def measure_latency(model, data, mode='predict', repeat=5, warmup=1):
-    """Median CPU seconds of ``model(**data, mode=mode)`` (eval, no grad) over ``repeat`` runs."""
+    """Median CPU seconds of ``model(**data, mode=mode)`` over ``repeat`` runs, in eval and inference mode.
+
+    ``torch.inference_mode`` is how a model is run for inference: against ``no_grad`` it skips the autograd and
+    version-counter bookkeeping of every op (~2 ms of a ~25 ms FSD-lite forward on one CPU thread).
+    """
     model.eval()
     times = []
-    with torch.no_grad():
+    with torch.inference_mode():
         for i in range(warmup + repeat):
             start = time.perf_counter()
             model(**data, mode=mode)

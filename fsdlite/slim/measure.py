@@ -24,7 +24,7 @@ def forward_work(config, checkpoint=None, cfg_options=None, sample_indices=(0,),
     data = build_sample(cfg, model, sample_indices, split)
 
     def work():
-        with torch.no_grad():
+        with torch.inference_mode():
             model(**data, mode='predict')
     return work
 
