@@ -80,6 +80,10 @@ def _knn_aggregate(b, out):
     return b['index'].numel() * b['features'].shape[1]
 
 
+def _normalization(b, out):
+    return 0  # like aten's layer_norm: elementwise work, no multiply-accumulates counted
+
+
 MAC_RULES = {
     'aten::mm': _mm, 'aten::addmm': _mm, 'aten::bmm': _mm, 'aten::baddbmm': _mm, 'aten::mv': _mv,
     'aten::addmv': _mv, 'aten::dot': _dot, 'aten::convolution': _conv, 'aten::_convolution': _conv,
@@ -87,6 +91,7 @@ MAC_RULES = {
     'aten::_scaled_dot_product_efficient_attention': _sdpa, 'aten::_scaled_dot_product_flash_attention': _sdpa,
     'fsdlite::kpconv': _kpconv, 'fsdlite::kp_aggregate': _kp_aggregate,
     'fsdlite::neighbor_aggregate': _neighbor_aggregate, 'fsdlite::knn_aggregate': _knn_aggregate,
+    'fsdlite::layer_norm_rows': _normalization,
 }
 
 

@@ -186,12 +186,12 @@ def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name)
         monkeypatch.setattr(torch.compiler, '_is_compiling_flag', True)  # as while exporting: no eager checks
         with torch.no_grad(), OpRecorder() as rec:
             out = static.forward_static(*si[:6], si.nbrs, batch_size=batch['batch_size'])
-        monkeypatch.setattr(torch.compiler, '_is_compiling_flag', False)
         recorded.append(rec.ops)
         assert out['dropped'].tolist() == [0] * len(static.graph_bound_names())
         graph = static.static_graph(batch['batch_size'])  # the export wrapper: flat tensors in and out
         with torch.no_grad():
             flat = graph(*si[:6], *si.nbrs)
+        monkeypatch.setattr(torch.compiler, '_is_compiling_flag', False)
         assert len(flat) == len(graph.output_names) and graph.dropped_names == static.graph_bound_names()
         for name_, value in zip(graph.output_names, flat):
             assert torch.equal(value, out[name_]), name_
