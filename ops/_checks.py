@@ -176,16 +176,26 @@ def min_size(op, name, value, axis, minimum, what=''):
 
 def int_sequence(op, name, value, length, minimum=None):
     """Check ``value`` is an int (broadcast) or a sequence of ``length`` ints, each ``>= minimum``; return a list."""
+    if type(value) is int:  # the common cases first, without the abstract-class checks below
+        values = [value] * length
+    elif type(value) in (list, tuple) and len(value) == length and all(type(v) is int for v in value):
+        values = list(value)
+    else:
+        values = _general_int_sequence(op, name, value, length)
+    if minimum is not None and any(v < minimum for v in values):
+        raise ValueError(f'{op}: {name} must be >= {minimum} on every axis, got {value!r}')
+    return values
+
+
+def _general_int_sequence(op, name, value, length):
+    """:func:`int_sequence` for any integer types (numpy, tensors): the checked values as a list of ints."""
     values = [value] * length if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
     if isinstance(values, torch.Tensor):
         values = values.tolist()
     if not isinstance(values, (list, tuple)) or len(values) != length or any(
             isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
         raise TypeError(f'{op}: {name} must be an int or a sequence of {length} ints, got {value!r}')
-    values = [int(v) for v in values]
-    if minimum is not None and any(v < minimum for v in values):
-        raise ValueError(f'{op}: {name} must be >= {minimum} on every axis, got {value!r}')
-    return values
+    return [int(v) for v in values]
 
 
 INT64_MAX = 2 ** 63 - 1

@@ -454,7 +454,7 @@ class SparseUNet(nn.Module):
     def _run_convs(self, voxel_feats, conv):
         """The UNet on plain (rows, C) tensors; ``conv(module, x)`` runs the first layer of every block."""
         def run(block, x):
-            for k, module in enumerate(block):
+            for k, module in enumerate(block.children()):  # (indexing a spconv SparseSequential walks it)
                 x = conv(module, x) if k == 0 else module(x)
             return x
 
