@@ -1,6 +1,7 @@
 // CPU kernel of layer_norm_rows: rows in parallel chunks; per row a two-pass mean / variance in the accumulate
 // type (float for float32, as torch's LayerNorm; double for float64) over the row while it sits in L1, then one
-// fused normalize-scale-shift pass. The inner loops are plain and contiguous so the compiler vectorizes them.
+// fused normalize-scale-shift pass. float32 rows of 8-128 channels (multiples of 8) take a kernel that holds the
+// row in AVX2 registers; other rows a generic loop the compiler vectorizes (AVX2 clone when the CPU has it).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -16,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "fsdlite_ops/common.h"
 #include "layer_norm.h"
 
 namespace fsdlite::layer_norm {
@@ -134,8 +136,7 @@ template <typename scalar_t>
 void normalize_rows(const scalar_t* x, const scalar_t* weight, const scalar_t* bias, int64_t begin, int64_t end,
                     int64_t c, double eps, scalar_t* out) {
 #ifdef FSDLITE_LN_X86
-  static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (has_avx2) {
+  if (cpu_has_avx2_fma()) {
     if constexpr (std::is_same_v<scalar_t, float>) {
       if (c % 8 == 0 && c <= 128) {
         const RowKernel kernel = pick_register_kernel(c, std::make_integer_sequence<int, 16>{});

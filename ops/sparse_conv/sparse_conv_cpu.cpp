@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fsdlite_ops/common.h"
 #include "sparse_conv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -97,11 +98,6 @@ __attribute__((target("avx2,fma"))) void offset_avx2(const float* x, const int64
   if (c + 16 <= cout) { block_avx2<2, 6>(x, in, orow, n, w + c, cout, out + c, cout, cin); c += 16; }
   if (c + 8 <= cout) block_avx2<1, 8>(x, in, orow, n, w + c, cout, out + c, cout, cin);
 }
-
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 #endif
 
 template <typename T>
@@ -109,7 +105,7 @@ void run_offset(const T* x, const int64_t* in, const int64_t* orow, int64_t n, c
                 int64_t cout) {
 #ifdef FSDLITE_SPARSE_CONV_AVX2
   if constexpr (std::is_same_v<T, float>) {
-    if (cout % 8 == 0 && has_avx2()) return offset_avx2(x, in, orow, n, w, out, cin, cout);
+    if (cout % 8 == 0 && cpu_has_avx2_fma()) return offset_avx2(x, in, orow, n, w, out, cin, cout);
   }
 #endif
   offset_portable(x, in, orow, n, w, out, cin, cout);

@@ -39,6 +39,17 @@ inline void check_size(const at::Tensor& t, int64_t dim, int64_t expected, const
               expected, "), got ", t.size(dim), " (shape ", t.sizes(), ")");
 }
 
+// True when the CPU runs the ops' AVX2 + FMA clones (functions with target("avx2,fma")): the build targets
+// baseline x86-64, so vector kernels are compiled for AVX2 beside their baseline form and picked at run time.
+inline bool cpu_has_avx2_fma() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 namespace detail {
 
 // Minimum and maximum of p[0, n), n >= 1, in one vectorizable pass.
@@ -57,7 +68,7 @@ __attribute__((always_inline)) inline void min_max_impl(const index_t* __restric
 
 #if defined(__GNUC__) && defined(__x86_64__)
 template <typename index_t>
-__attribute__((target("avx2"))) inline void min_max_avx2(const index_t* p, int64_t n, int64_t& lo, int64_t& hi) {
+__attribute__((target("avx2,fma"))) inline void min_max_avx2(const index_t* p, int64_t n, int64_t& lo, int64_t& hi) {
   min_max_impl(p, n, lo, hi);
 }
 #endif
@@ -67,8 +78,7 @@ __attribute__((target("avx2"))) inline void min_max_avx2(const index_t* p, int64
 template <typename index_t>
 inline void min_max(const index_t* p, int64_t n, int64_t& lo, int64_t& hi) {
 #if defined(__GNUC__) && defined(__x86_64__)
-  static const bool has_avx2 = __builtin_cpu_supports("avx2");
-  if (has_avx2) return min_max_avx2(p, n, lo, hi);
+  if (cpu_has_avx2_fma()) return min_max_avx2(p, n, lo, hi);
 #endif
   min_max_impl(p, n, lo, hi);
 }
