@@ -10,7 +10,9 @@ gradient w.r.t. the features).
 
 :func:`sparse_conv` runs the C++/CUDA kernel: no gathered (P, Cin) buffer and no Python loop over offsets (the
 per-offset overhead that dominates spconv's CPU path for narrow layers); on the CPU float32 with Cout a multiple
-of 8 uses AVX2/FMA when available. Gradients flow to ``features``, ``weight`` and ``bias``.
+of 8 uses AVX2/FMA when available. Gradients flow to ``features``, ``weight`` and ``bias``: the feature gradient is
+the transposed convolution, the weight gradient the :func:`sparse_conv_weight_grad` kernel (one task per offset, no
+Python loop); both are differentiable again.
 """
 from typing import NamedTuple
 
@@ -33,6 +35,11 @@ class OffsetPairs(NamedTuple):
 @_checks.register_fake('fsdlite::sparse_conv')
 def _sparse_conv_fake(features, weight, pairs, offset_starts, num_out):
     return features.new_empty((num_out, weight.shape[2]))
+
+
+@_checks.register_fake('fsdlite::sparse_conv_weight_grad')
+def _sparse_conv_weight_grad_fake(features, grad_out, pairs, offset_starts):
+    return features.new_empty((offset_starts.shape[0] - 1, features.shape[1], grad_out.shape[1]))
 
 
 @_checks.register_fake('fsdlite::sparse_conv_pairs')
@@ -85,17 +92,34 @@ def _backward(ctx, grad_out):
         grad_features = torch.ops.fsdlite.sparse_conv(grad_out, weight.transpose(1, 2), transposed, offset_starts,
                                                       features.shape[0])
     if need_weight:
-        grad_weight = torch.zeros_like(weight)
-        starts = offset_starts.tolist()
-        for k in range(weight.shape[0]):
-            lo, hi = starts[k], starts[k + 1]
-            if hi > lo:
-                grad_weight[k] = features.index_select(0, pairs[0, lo:hi]).t() @ grad_out.index_select(
-                    0, pairs[1, lo:hi])
+        grad_weight = torch.ops.fsdlite.sparse_conv_weight_grad(features, grad_out, pairs, offset_starts)
     return grad_features, grad_weight, None, None, None
 
 
+def _setup_weight_grad_context(ctx, inputs, output):
+    features, grad_out, pairs, offset_starts = inputs
+    ctx.save_for_backward(features, grad_out, pairs, offset_starts)
+
+
+def _weight_grad_backward(ctx, grad_grad_weight):
+    """Gradients of ``grad_weight[k] = sum features[i]^T grad_out[o]``: two sparse convolutions with it as the
+    weight (the pairs transposed for ``features``)."""
+    features, grad_out, pairs, offset_starts = ctx.saved_tensors
+    need_features, need_grad_out = ctx.needs_input_grad[:2]
+    d_features = d_grad_out = None
+    if need_features:
+        transposed = _transposed(pairs, offset_starts, features.shape[0], 'sparse_conv_weight_grad backward')
+        d_features = torch.ops.fsdlite.sparse_conv(grad_out, grad_grad_weight.transpose(1, 2), transposed,
+                                                   offset_starts, features.shape[0])
+    if need_grad_out:
+        d_grad_out = torch.ops.fsdlite.sparse_conv(features, grad_grad_weight, pairs, offset_starts,
+                                                   grad_out.shape[0])
+    return d_features, d_grad_out, None, None
+
+
 torch.library.register_autograd('fsdlite::sparse_conv', _backward, setup_context=_setup_context)
+torch.library.register_autograd('fsdlite::sparse_conv_weight_grad', _weight_grad_backward,
+                                setup_context=_setup_weight_grad_context)
 
 
 def _check_pairs(op, pairs, offset_starts):
@@ -132,6 +156,26 @@ def sparse_conv(features, weight, pairs, offset_starts, num_out, bias=None):
     _checks.same_device(_OP, features=features, weight=weight, pairs=pairs, offset_starts=offset_starts, bias=bias)
     out = torch.ops.fsdlite.sparse_conv(features, weight, pairs, offset_starts, num_out)
     return out if bias is None else out + bias
+
+
+def sparse_conv_weight_grad(features, grad_out, pairs, offset_starts):
+    """Gradient of :func:`sparse_conv` w.r.t. its weight (what its backward runs; differentiable).
+
+    Args:
+        features (Tensor): (Vin, Cin) float32/float64 input rows of the convolution.
+        grad_out (Tensor): (Vout, Cout) gradient of its output.
+        pairs (Tensor): (2, P) int64 input rows in ``[0, Vin)``, output rows in ``[0, Vout)``, grouped by offset
+            (any order within an offset; the backward w.r.t. ``grad_out`` needs :func:`sparse_conv`'s order).
+        offset_starts (Tensor): (K + 1,) int64, offset k owns pairs ``[starts[k], starts[k + 1])``.
+    Returns:
+        Tensor: (K, Cin, Cout), ``[k] = sum over pairs (i, o) of offset k of outer(features[i], grad_out[o])``.
+    """
+    op = 'sparse_conv_weight_grad'
+    _checks.tensor(op, 'features', features, dtypes=(torch.float32, torch.float64), dim=2)
+    _checks.tensor(op, 'grad_out', grad_out, dtype=features.dtype, dim=2)
+    _check_pairs(op, pairs, offset_starts)
+    _checks.same_device(op, features=features, grad_out=grad_out, pairs=pairs, offset_starts=offset_starts)
+    return torch.ops.fsdlite.sparse_conv_weight_grad(features, grad_out, pairs, offset_starts)
 
 
 def pairs_by_offset(nbr, num_in):
@@ -173,4 +217,4 @@ def transpose_pairs(offset_pairs, num_in):
     return OffsetPairs(_transposed(pairs, offset_starts, num_in, op), offset_starts)
 
 
-__all__ = ['sparse_conv', 'pairs_by_offset', 'transpose_pairs', 'OffsetPairs']
+__all__ = ['sparse_conv', 'sparse_conv_weight_grad', 'pairs_by_offset', 'transpose_pairs', 'OffsetPairs']

@@ -37,3 +37,15 @@ def sparse_conv_reference(features, weight, pairs, offset_starts, num_out):
         if hi > lo:
             out.index_add_(0, pairs[1, lo:hi], features[pairs[0, lo:hi]] @ weight[k])
     return out
+
+
+def sparse_conv_weight_grad_reference(features, grad_out, pairs, offset_starts):
+    """``grad_weight[k] = features[in_k]^T @ grad_out[out_k]`` over the pairs of each offset k, by one product per
+    offset: (Vin, Cin), (Vout, Cout) -> (K, Cin, Cout)."""
+    starts = offset_starts.tolist()
+    grad_weight = features.new_zeros(len(starts) - 1, features.shape[1], grad_out.shape[1])
+    for k in range(len(starts) - 1):
+        lo, hi = starts[k], starts[k + 1]
+        if hi > lo:
+            grad_weight[k] = features[pairs[0, lo:hi]].t() @ grad_out[pairs[1, lo:hi]]
+    return grad_weight

@@ -19,28 +19,8 @@ void check_pairs_args(const at::Tensor& nbr, int64_t num_in) {
               " mean no neighbour)");
 }
 
-int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const at::Tensor& pairs,
-                   const at::Tensor& offset_starts, int64_t num_out) {
-  constexpr const char* op = "sparse_conv";
-  TORCH_CHECK(features.scalar_type() == at::kFloat || features.scalar_type() == at::kDouble, op,
-              ": features must be float32 or float64, got ", features.scalar_type());
-  check_dim(features, 2, op, "features");
-  check_dtype(weight, features.scalar_type(), op, "weight");
-  check_dim(weight, 3, op, "weight");
-  check_size(weight, 1, features.size(1), op, "weight", "features.size(1) (Cin)");
-  check_dtype(pairs, at::kLong, op, "pairs");
-  check_dim(pairs, 2, op, "pairs");
-  TORCH_CHECK(pairs.size(0) == 2, op, ": pairs must have shape (2, P) [input row; output row], got ", pairs.sizes());
-  check_dtype(offset_starts, at::kLong, op, "offset_starts");
-  check_dim(offset_starts, 1, op, "offset_starts");
-  const int64_t k = weight.size(0);
-  check_size(offset_starts, 0, k + 1, op, "offset_starts", "weight.size(0) + 1 (K + 1)");
-  for (const auto* t : {&weight, &pairs, &offset_starts})
-    check_same_device(features, *t, op, "features",
-                      t == &weight ? "weight" : (t == &pairs ? "pairs" : "offset_starts"));
-  TORCH_CHECK(num_out >= 0, op, ": num_out must be >= 0, got ", num_out);
-  check_output_rows(num_out, weight.size(2), op, "num_out", "Cout");
-  const int64_t p = pairs.size(1);
+// offset_starts: 0 = s[0] <= s[1] <= ... <= s[k] = p (p pairs).
+void check_offset_starts(const at::Tensor& offset_starts, int64_t k, int64_t p, const char* op) {
   const at::Tensor starts = offset_starts.cpu().contiguous();
   const int64_t* s = starts.data_ptr<int64_t>();
   TORCH_CHECK(s[0] == 0 && s[k] == p, op, ": offset_starts must start at 0 and end at pairs.size(1) (", p,
@@ -48,10 +28,42 @@ int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const a
   for (int64_t i = 0; i < k; ++i)
     TORCH_CHECK(s[i] <= s[i + 1], op, ": offset_starts must be non-decreasing, got ", s[i], " then ", s[i + 1],
                 " at offset ", i);
+}
+
+// features (Vin, Cin) float32/float64, pairs (2, P) int64, offset_starts 1-D int64.
+void check_tensors(const at::Tensor& features, const at::Tensor& pairs, const at::Tensor& offset_starts,
+                   const char* op) {
+  TORCH_CHECK(features.scalar_type() == at::kFloat || features.scalar_type() == at::kDouble, op,
+              ": features must be float32 or float64, got ", features.scalar_type());
+  check_dim(features, 2, op, "features");
+  check_dtype(pairs, at::kLong, op, "pairs");
+  check_dim(pairs, 2, op, "pairs");
+  TORCH_CHECK(pairs.size(0) == 2, op, ": pairs must have shape (2, P) [input row; output row], got ", pairs.sizes());
+  check_dtype(offset_starts, at::kLong, op, "offset_starts");
+  check_dim(offset_starts, 1, op, "offset_starts");
+}
+
+int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const at::Tensor& pairs,
+                   const at::Tensor& offset_starts, int64_t num_out) {
+  constexpr const char* op = "sparse_conv";
+  check_tensors(features, pairs, offset_starts, op);
+  check_dtype(weight, features.scalar_type(), op, "weight");
+  check_dim(weight, 3, op, "weight");
+  check_size(weight, 1, features.size(1), op, "weight", "features.size(1) (Cin)");
+  const int64_t k = weight.size(0);
+  check_size(offset_starts, 0, k + 1, op, "offset_starts", "weight.size(0) + 1 (K + 1)");
+  for (const auto* t : {&weight, &pairs, &offset_starts})
+    check_same_device(features, *t, op, "features",
+                      t == &weight ? "weight" : (t == &pairs ? "pairs" : "offset_starts"));
+  TORCH_CHECK(num_out >= 0, op, ": num_out must be >= 0, got ", num_out);
+  check_output_rows(num_out, weight.size(2), op, "num_out", "Cout");
+  check_offset_starts(offset_starts, k, pairs.size(1), op);
   check_index_range(pairs.select(0, 0), 0, features.size(0), op, "pairs[0] (input rows)");
   check_index_range(pairs.select(0, 1), 0, num_out, op, "pairs[1] (output rows)");
   // Output rows strictly increasing within each offset (so no output row twice: the kernels split an offset's
   // pairs among threads without atomics). pairs_by_offset produces this order.
+  const at::Tensor starts = offset_starts.cpu().contiguous();
+  const int64_t* s = starts.data_ptr<int64_t>();
   const at::Tensor outs = pairs.select(0, 1).cpu().contiguous();
   const int64_t* o = outs.data_ptr<int64_t>();
   for (int64_t i = 0; i < k; ++i)
@@ -62,9 +74,29 @@ int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const a
   return k;
 }
 
+int64_t check_weight_grad_args(const at::Tensor& features, const at::Tensor& grad_out, const at::Tensor& pairs,
+                               const at::Tensor& offset_starts) {
+  constexpr const char* op = "sparse_conv_weight_grad";
+  check_tensors(features, pairs, offset_starts, op);
+  check_dtype(grad_out, features.scalar_type(), op, "grad_out");
+  check_dim(grad_out, 2, op, "grad_out");
+  TORCH_CHECK(offset_starts.numel() >= 1, op, ": offset_starts must have K + 1 >= 1 entries, got shape ",
+              offset_starts.sizes());
+  for (const auto* t : {&grad_out, &pairs, &offset_starts})
+    check_same_device(features, *t, op, "features",
+                      t == &grad_out ? "grad_out" : (t == &pairs ? "pairs" : "offset_starts"));
+  const int64_t k = offset_starts.size(0) - 1;
+  check_output_rows(k * features.size(1), grad_out.size(1), op, "K * Cin", "Cout");
+  check_offset_starts(offset_starts, k, pairs.size(1), op);
+  check_index_range(pairs.select(0, 0), 0, features.size(0), op, "pairs[0] (input rows)");
+  check_index_range(pairs.select(0, 1), 0, grad_out.size(0), op, "pairs[1] (output rows)");
+  return k;
+}
+
 }  // namespace fsdlite::sparse_conv
 
 TORCH_LIBRARY_FRAGMENT(fsdlite, m) {
   m.def("sparse_conv_pairs(Tensor nbr, int num_in) -> (Tensor, Tensor)");
   m.def("sparse_conv(Tensor features, Tensor weight, Tensor pairs, Tensor offset_starts, int num_out) -> Tensor");
+  m.def("sparse_conv_weight_grad(Tensor features, Tensor grad_out, Tensor pairs, Tensor offset_starts) -> Tensor");
 }

@@ -10,17 +10,25 @@
 //
 // sparse_conv_pairs(nbr (Vout, K), num_in) -> (pairs (2, P), offset_starts (K + 1,)): the pairs of a padded
 // neighbour map (entries < num_in), grouped by offset, output rows ascending within an offset.
+//
+// sparse_conv_weight_grad(features (Vin, Cin), grad_out (Vout, Cout), pairs, offset_starts) -> (K, Cin, Cout):
+//   grad_weight[k] = sum over pairs (i, o) of offset k of outer(features[i], grad_out[o]), the gradient of
+//   sparse_conv w.r.t. its weight (no order needed within an offset; each offset is one task, summed in pair order).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace fsdlite::sparse_conv {
 
-// Validates the arguments before any kernel runs (RuntimeError naming the bad argument); returns K.
 // Validates the arguments of sparse_conv_pairs (nbr (Vout, K) int64 >= 0, num_in >= 0).
 void check_pairs_args(const at::Tensor& nbr, int64_t num_in);
 
+// Validates the arguments before any kernel runs (RuntimeError naming the bad argument); returns K.
 int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const at::Tensor& pairs,
                    const at::Tensor& offset_starts, int64_t num_out);
+
+// Validates the arguments of sparse_conv_weight_grad; returns K.
+int64_t check_weight_grad_args(const at::Tensor& features, const at::Tensor& grad_out, const at::Tensor& pairs,
+                               const at::Tensor& offset_starts);
 
 }  // namespace fsdlite::sparse_conv

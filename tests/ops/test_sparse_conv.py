@@ -1,6 +1,7 @@
 """sparse_conv: pairs of real rulebooks vs the pure-torch reference, convolution vs the reference and vs spconv
 (random voxels and the Waymo voxelization from traveller59/spconv@263d6b4:test/data/test_spconv.pkl), gradients
-(gradcheck in float64), properties, thread-count independence, invalid inputs, opcheck, CUDA."""
+(gradcheck in float64), the weight-gradient kernel (vs the reference, gradgradcheck), properties, thread-count
+independence, invalid inputs, opcheck, CUDA."""
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,9 +10,10 @@ from hypothesis import strategies as st
 from _voxel_helpers import voxel_key, waymo_voxels
 
 from fsdlite.models.layers.rulebook_conv import kernel_matrices
-from fsdlite.ops import (OffsetPairs, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv, transpose_pairs,
-                         voxel_keys)
-from fsdlite.ops.sparse_conv.reference import pairs_by_offset_reference, sparse_conv_reference
+from fsdlite.ops import (OffsetPairs, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv,
+                         sparse_conv_weight_grad, transpose_pairs, voxel_keys)
+from fsdlite.ops.sparse_conv.reference import (pairs_by_offset_reference, sparse_conv_reference,
+                                               sparse_conv_weight_grad_reference)
 from fsdlite.utils import compat
 
 
@@ -178,6 +180,74 @@ def test_gradcheck_float64_subm_strided_and_transposed():
         assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, *pairs, num_out, bias=b), (x, w, b))
 
 
+# widths of the portable loop (Cout % 8) and of every AVX2 column/row blocking (Cout 8/16/32/64/72, Cin % 12 etc.)
+@pytest.mark.parametrize('cin, cout', [(1, 8), (3, 5), (13, 8), (8, 16), (7, 32), (16, 64), (5, 72), (32, 24)])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_weight_grad_matches_reference_on_real_rulebooks(cin, cout, dtype):
+    shape = (8, 10, 10)
+    coors = random_voxels(shape, seed=cin + cout)
+    n = coors.shape[0]
+    (st_pairs, m, _), g = strided_pairs(coors, shape), torch.Generator().manual_seed(cin)
+    for pairs, vin, vout in [(subm_pairs(coors, shape), n, n), (st_pairs, n, m), (transpose_pairs(st_pairs, n), m, n)]:
+        x = torch.randn(vin, cin, generator=g, dtype=dtype)
+        y = torch.randn(vout, cout, generator=g, dtype=dtype)
+        got = sparse_conv_weight_grad(x, y, *pairs)
+        want = sparse_conv_weight_grad_reference(x, y, *pairs)
+        assert got.shape == (27, cin, cout)
+        tol = 1e-4 if dtype == torch.float32 else 1e-10
+        assert torch.allclose(got, want, atol=tol, rtol=tol)
+
+
+def test_weight_grad_is_the_adjoint_of_the_convolution_in_the_weight():
+    """<conv(x; w), y> == <w, weight_grad(x, y)> for any w (the defining property of the weight gradient)."""
+    shape = (6, 8, 8)
+    coors = random_voxels(shape, seed=4)
+    n = coors.shape[0]
+    pairs, m, _ = strided_pairs(coors, shape)
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(n, 6, generator=g, dtype=torch.float64), torch.randn(m, 16, generator=g, dtype=torch.float64)
+    w = torch.randn(27, 6, 16, generator=g, dtype=torch.float64)
+    lhs = (sparse_conv(x, w, *pairs, m) * y).sum()
+    assert torch.allclose(lhs, (w * sparse_conv_weight_grad(x, y, *pairs)).sum(), rtol=1e-12)
+
+
+def test_weight_grad_thread_count_and_pair_order_within_an_offset():
+    """Each offset is one task summed in pair order: same bits with 1 or 2 threads; reordering the pairs of an
+    offset (allowed here) changes only the rounding."""
+    shape = (10, 12, 12)
+    coors = random_voxels(shape, seed=9)
+    n = coors.shape[0]
+    pairs, starts = subm_pairs(coors, shape)
+    x, y = torch.randn(n, 16), torch.randn(n, 32)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = sparse_conv_weight_grad(x, y, pairs, starts)
+        torch.set_num_threads(2)
+        two = sparse_conv_weight_grad(x, y, pairs, starts)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    lo, hi = int(starts[13]), int(starts[14])
+    shuffled = pairs.clone()
+    shuffled[:, lo:hi] = pairs[:, lo:hi].flip(1)
+    assert torch.allclose(sparse_conv_weight_grad(x, y, shuffled, starts), one, atol=1e-4)
+
+
+def test_gradgradcheck_float64():
+    """The backward is differentiable again (its weight gradient through the kernel's own autograd)."""
+    shape = (4, 5, 5)
+    coors = random_voxels(shape, batches=1, density=0.35, seed=3)
+    n = coors.shape[0]
+    pairs, m, _ = strided_pairs(coors, shape)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(27, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x, w: sparse_conv(x, w, *pairs, m), (x, w))
+    y = torch.randn(m, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: sparse_conv_weight_grad(x, y, *pairs), (x, y))
+
+
 @pytest.mark.parametrize('sort', [False, True])
 def test_transposed_pairs_give_the_adjoint(sort):
     """<conv(x), y> == <x, conv_T(y)> with the transposed pairs and transposed matrices (voxels in random order:
@@ -258,6 +328,26 @@ def test_cpp_checks_guard_direct_calls():
         transpose_pairs(OffsetPairs(torch.tensor([[0, 3], [0, 1]]), torch.tensor([0, 2])), 3)
 
 
+@pytest.mark.parametrize('call, error, match', [
+    (lambda x, y, p, s: (x.half(), y.half(), p, s), RuntimeError, r'features must be float32 or float64'),
+    (lambda x, y, p, s: (x, y.double(), p, s), RuntimeError, r'grad_out must have dtype Float'),
+    (lambda x, y, p, s: (x, y, torch.tensor([[0, 1, 4], [0, 1, 0]]), s), RuntimeError,
+     r'pairs\[0\] \(input rows\) values must lie in \[0, 4\)'),
+    (lambda x, y, p, s: (x, y, torch.tensor([[0, 1, 2], [0, 1, 6]]), s), RuntimeError,
+     r'pairs\[1\] \(output rows\) values must lie in \[0, 6\)'),
+    (lambda x, y, p, s: (x, y, p, torch.tensor([0, 2, 4])), RuntimeError, r'end at pairs.size\(1\) \(3\)'),
+    (lambda x, y, p, s: (x, y, p, torch.tensor([0, 3, 3]).flip(0)), RuntimeError, r'start at 0'),
+    (lambda x, y, p, s: (x, y, p, torch.zeros(0, dtype=torch.long)), RuntimeError, r'K \+ 1 >= 1 entries'),
+])
+def test_weight_grad_cpp_checks(call, error, match):
+    """The raw weight-gradient op validates before its kernel runs (bad rows, starts, dtypes)."""
+    x, _, pairs, starts, _ = _ok()
+    with pytest.raises(error, match=match):
+        torch.ops.fsdlite.sparse_conv_weight_grad(*call(x, torch.randn(6, 5), pairs, starts))
+    with pytest.raises(ValueError, match=r'sparse_conv_weight_grad: grad_out must be 2-D'):
+        sparse_conv_weight_grad(x, torch.randn(6), pairs, starts)
+
+
 def test_empty_inputs():
     x, w = torch.randn(0, 3), torch.randn(27, 3, 8)
     pairs = pairs_by_offset(torch.zeros(0, 27, dtype=torch.long), 0)
@@ -278,6 +368,8 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fsdlite.sparse_conv.default, (x, w, *pairs, n), test_utils=eager_utils)
     nbr = rulebook_subm(coors, n, shape)
     torch.library.opcheck(torch.ops.fsdlite.sparse_conv_pairs.default, (nbr, n), test_utils=eager_utils)
+    y = torch.randn(n, 8, requires_grad=True)
+    torch.library.opcheck(torch.ops.fsdlite.sparse_conv_weight_grad.default, (x, y, *pairs), test_utils=eager_utils)
 
 
 # ------------------------------------------------------------------------------------------------- CUDA
@@ -299,6 +391,10 @@ def test_cuda_matches_cpu_forward_and_backward():
         cpu.square().sum().backward()
         gpu.square().sum().backward()
         assert torch.allclose(xg.grad.cpu(), x.grad, atol=1e-3) and torch.allclose(wg.grad.cpu(), w.grad, atol=1e-2)
+        y = torch.randn(n, 24, dtype=dtype)
+        want = sparse_conv_weight_grad_reference(x.detach(), y, *pairs)
+        got = sparse_conv_weight_grad(x.detach().cuda(), y.cuda(), *gpu_pairs)
+        assert torch.allclose(got.cpu(), want, atol=1e-3)
 
 
 @pytest.mark.cuda

@@ -43,11 +43,10 @@ class SparseUNet(nn.Module):
         norm_cfg, act_cfg (dict | None): norm / activation after every conv.
         conv_backend (str): how the eager forward runs the convolutions: ``'spconv'`` (spconv's rulebooks and
             kernels, the conv layers called as modules), ``'fsdlite'`` (this library's rulebook ops and fused
-            ``fsdlite.ops.sparse_conv`` kernel: no per-offset Python loop, faster on the CPU, most for narrow
-            layers) or ``'auto'`` (``'fsdlite'`` for CPU inference, i.e. CPU tensors with autograd off;
-            ``'spconv'`` for CUDA tensors, where spconv's kernels are the faster, and for training, where the
-            fused backend's backward costs ~1.3x spconv's CPU time). Same weights, same results up to float
-            rounding; all train.
+            ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop,
+            faster on the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors, in
+            training and inference; ``'spconv'`` for CUDA tensors, where spconv's kernels are the faster).
+            Same weights, same results up to float rounding; all train.
     """
     CONV_BACKENDS = ('auto', 'spconv', 'fsdlite')
 
@@ -129,10 +128,10 @@ class SparseUNet(nn.Module):
 
     def resolved_conv_backend(self, voxel_feats):
         """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided by the device of
-        ``voxel_feats`` (Tensor) and by autograd (``'fsdlite'`` only for CPU inference)."""
+        ``voxel_feats`` (Tensor): ``'fsdlite'`` on the CPU (training and inference), ``'spconv'`` on CUDA."""
         if self.conv_backend != 'auto':
             return self.conv_backend
-        return 'spconv' if voxel_feats.is_cuda or torch.is_grad_enabled() else 'fsdlite'
+        return 'spconv' if voxel_feats.is_cuda else 'fsdlite'
 
     # ----------------------------------------------------------------------------- fixed-shape (static) path
     def _blocks(self):
