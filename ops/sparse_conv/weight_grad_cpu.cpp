@@ -1,13 +1,14 @@
 // CPU kernel of sparse_conv_weight_grad: grad_weight[k] = sum over the pairs (i, o) of offset k of
 // outer(features[i], grad_out[o]). Each offset is one task (it owns its Cin x Cout slice, so threads never share
-// an output and the sums run in pair order whatever the thread count). float32 with Cout a multiple of 8 keeps a
-// block of rows x 8-channel vectors of the slice in AVX2 registers while it walks the offset's pairs (one walk
-// per block); everything else a portable loop.
+// an output and the sums run in pair order whatever the thread count). float32 with Cout a multiple of 8 takes the
+// offset's pairs in chunks of 64 (their rows stay in L1) and adds each chunk's products to the slice block by block
+// (rows x 8-channel vectors held in AVX2 registers, 8 accumulators); everything else a portable loop.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "fsdlite_ops/common.h"
@@ -37,7 +38,9 @@ void offset_grad_portable(const T* x, const T* g, const int64_t* in, const int64
 }
 
 #ifdef FSDLITE_WEIGHT_GRAD_AVX2
-// Rows [ci0, ci0 + RB) x columns [c0, c0 + 8 NV) of gw, summed over all n pairs in registers, then stored.
+constexpr int64_t kChunk = 64;  // pairs whose rows stay in L1 while every block of the slice takes them in
+
+// Rows [ci0, ci0 + RB) x columns [c0, c0 + 8 NV) of gw += the n pairs' products (n <= kChunk), in registers.
 template <int NV, int RB>
 __attribute__((target("avx2,fma"), always_inline)) inline void block_grad_avx2(
     const float* __restrict x, const float* __restrict g, const int64_t* in, const int64_t* orow, int64_t n,
@@ -46,7 +49,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void block_grad_avx2(
 #pragma GCC unroll 16
   for (int r = 0; r < RB; ++r)
 #pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_loadu_ps(gw + (ci0 + r) * cout + c0 + 8 * v);
   for (int64_t p = 0; p < n; ++p) {
     const float* go = g + orow[p] * cout + c0;
     const float* xi = x + in[p] * cin + ci0;
@@ -66,23 +69,27 @@ __attribute__((target("avx2,fma"), always_inline)) inline void block_grad_avx2(
     for (int v = 0; v < NV; ++v) _mm256_storeu_ps(gw + (ci0 + r) * cout + c0 + 8 * v, acc[r][v]);
 }
 
-// Column chunks of NV vectors: rows in blocks of RB (RB * NV + NV + 1 <= 16 registers), the last rows one by one.
+// Rows from ci on in blocks of RB, then of RB / 2, ... 1 (RB * NV accumulators: 8 FMA chains in flight).
 template <int NV, int RB>
-__attribute__((target("avx2,fma"))) void columns_grad_avx2(const float* x, const float* g, const int64_t* in,
-                                                           const int64_t* orow, int64_t n, float* gw, int64_t c0,
-                                                           int64_t cin, int64_t cout) {
-  int64_t ci = 0;
+__attribute__((target("avx2,fma"), always_inline)) inline void rows_grad_avx2(
+    const float* x, const float* g, const int64_t* in, const int64_t* orow, int64_t n, float* gw, int64_t ci,
+    int64_t c0, int64_t cin, int64_t cout) {
   for (; ci + RB <= cin; ci += RB) block_grad_avx2<NV, RB>(x, g, in, orow, n, gw, ci, c0, cin, cout);
-  for (; ci < cin; ++ci) block_grad_avx2<NV, 1>(x, g, in, orow, n, gw, ci, c0, cin, cout);
+  if constexpr (RB > 1) rows_grad_avx2<NV, RB / 2>(x, g, in, orow, n, gw, ci, c0, cin, cout);
 }
 
+// The offset's pairs in chunks of kChunk; per chunk, Cout (a multiple of 8) in column blocks of 64, 32, 16, 8.
 __attribute__((target("avx2,fma"))) void offset_grad_avx2(const float* x, const float* g, const int64_t* in,
                                                           const int64_t* orow, int64_t n, float* gw, int64_t cin,
                                                           int64_t cout) {
-  int64_t c = 0;
-  for (; c + 32 <= cout; c += 32) columns_grad_avx2<4, 2>(x, g, in, orow, n, gw, c, cin, cout);
-  if (c + 16 <= cout) { columns_grad_avx2<2, 6>(x, g, in, orow, n, gw, c, cin, cout); c += 16; }
-  if (c + 8 <= cout) columns_grad_avx2<1, 12>(x, g, in, orow, n, gw, c, cin, cout);
+  for (int64_t p = 0; p < n; p += kChunk) {
+    const int64_t m = std::min(kChunk, n - p);
+    int64_t c = 0;
+    for (; c + 64 <= cout; c += 64) rows_grad_avx2<8, 1>(x, g, in + p, orow + p, m, gw, 0, c, cin, cout);
+    if (c + 32 <= cout) { rows_grad_avx2<4, 2>(x, g, in + p, orow + p, m, gw, 0, c, cin, cout); c += 32; }
+    if (c + 16 <= cout) { rows_grad_avx2<2, 4>(x, g, in + p, orow + p, m, gw, 0, c, cin, cout); c += 16; }
+    if (c + 8 <= cout) rows_grad_avx2<1, 8>(x, g, in + p, orow + p, m, gw, 0, c, cin, cout);
+  }
 }
 #endif
 
