@@ -261,9 +261,11 @@ def main(argv=None):
                        fsd_ap_drop_points=drop, fsd_ap_ok=drop <= FSD_AP_DROP_TARGET,
                        fsd_finetune_cpu_min=slim.get('finetune_cpu_min'),
                        fsd_finetune_budget_ok=(slim.get('finetune_cpu_min') or 0) <= FSD_FINETUNE_CPU_MIN)
-        print(f"\nFSD-lite width {args.width}: speed-up {slim['speedup']:.2f}x (target >= {FSD_SPEEDUP_TARGET}x); "
-              f"3D mAP drop after fine-tune {drop:.2f} points (target <= {FSD_AP_DROP_TARGET}) in "
-              f"{fmt(slim.get('finetune_cpu_min'))} CPU min (budget {FSD_FINETUNE_CPU_MIN})")
+        verdict = lambda ok: 'met' if ok else 'NOT met'  # noqa: E731
+        print(f"\nFSD-lite width {args.width}: speed-up {slim['speedup']:.3f}x (target >= {FSD_SPEEDUP_TARGET}x: "
+              f"{verdict(summary['fsd_speedup_ok'])}); 3D mAP drop after fine-tune {drop:.2f} points (target <= "
+              f"{FSD_AP_DROP_TARGET}: {verdict(summary['fsd_ap_ok'])}) in {fmt(slim.get('finetune_cpu_min'))} CPU "
+              f"min (budget {FSD_FINETUNE_CPU_MIN}: {verdict(summary['fsd_finetune_budget_ok'])})")
     h.print_result(dict(rows=[{k: v for k, v in r.items() if k not in ('metrics', 'metrics_finetuned')}
                               for r in all_rows], quick=args.quick, **summary))
     Path(args.out).mkdir(parents=True, exist_ok=True)
