@@ -39,7 +39,7 @@ import _harness as h  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / 'fsdlite' / 'slim' / 'measure.py'
 FAMILIES = {
-    'fsd': dict(config='configs/fsd/fsdlite_synthetic.py', metric='det/3D_mAP', finetune=5000,  # w0.5: 13.5-16.3 CPU min (this machine's speed drifts)
+    'fsd': dict(config='configs/fsd/fsdlite_synthetic.py', metric='det/3D_mAP', finetune=5000,  # w0.5: ~13 CPU min
                 depth={'backbone.encoder_channels.2': 1, 'sir.block_channels': 2},
                 quick={'val_dataloader.dataset.num_frames': 2, 'test_dataloader.dataset.num_frames': 2,
                        'train_dataloader.dataset.num_frames': 2, 'train_dataloader.batch_size': 1}),
@@ -261,7 +261,7 @@ def main(argv=None):
                        fsd_ap_drop_points=drop, fsd_ap_ok=drop <= FSD_AP_DROP_TARGET,
                        fsd_finetune_cpu_min=slim.get('finetune_cpu_min'),
                        fsd_finetune_budget_ok=(slim.get('finetune_cpu_min') or 0) <= FSD_FINETUNE_CPU_MIN)
-        verdict = lambda ok: 'met' if ok else 'NOT met'  # noqa: E731
+        verdict = {True: 'met', False: 'NOT met'}.get
         print(f"\nFSD-lite width {args.width}: speed-up {slim['speedup']:.3f}x (target >= {FSD_SPEEDUP_TARGET}x: "
               f"{verdict(summary['fsd_speedup_ok'])}); 3D mAP drop after fine-tune {drop:.2f} points (target <= "
               f"{FSD_AP_DROP_TARGET}: {verdict(summary['fsd_ap_ok'])}) in {fmt(slim.get('finetune_cpu_min'))} CPU "

@@ -78,6 +78,13 @@ def _transposed(pairs, offset_starts, num_in, op):
     return pairs.flip(0).index_select(1, order)
 
 
+def _transposed_conv(rows, matrices, pairs, offset_starts, num_in, op):
+    """``sum over pairs (i, o) of offset k: rows[o] @ matrices[k]^T`` into ``num_in`` rows: the transposed
+    convolution of ``rows`` (Vout, Cout) with (K, Cin, Cout) ``matrices`` -> (num_in, Cin)."""
+    transposed = _transposed(pairs, offset_starts, num_in, op)
+    return torch.ops.fsdlite.sparse_conv(rows, matrices.transpose(1, 2), transposed, offset_starts, num_in)
+
+
 def _setup_context(ctx, inputs, output):
     features, weight, pairs, offset_starts, _ = inputs
     ctx.save_for_backward(features, weight, pairs, offset_starts)
@@ -88,9 +95,8 @@ def _backward(ctx, grad_out):
     need_features, need_weight = ctx.needs_input_grad[:2]
     grad_features = grad_weight = None
     if need_features:
-        transposed = _transposed(pairs, offset_starts, features.shape[0], 'sparse_conv backward')
-        grad_features = torch.ops.fsdlite.sparse_conv(grad_out, weight.transpose(1, 2), transposed, offset_starts,
-                                                      features.shape[0])
+        grad_features = _transposed_conv(grad_out, weight, pairs, offset_starts, features.shape[0],
+                                         'sparse_conv backward')
     if need_weight:
         grad_weight = torch.ops.fsdlite.sparse_conv_weight_grad(features, grad_out, pairs, offset_starts)
     return grad_features, grad_weight, None, None, None
@@ -108,9 +114,8 @@ def _weight_grad_backward(ctx, grad_grad_weight):
     need_features, need_grad_out = ctx.needs_input_grad[:2]
     d_features = d_grad_out = None
     if need_features:
-        transposed = _transposed(pairs, offset_starts, features.shape[0], 'sparse_conv_weight_grad backward')
-        d_features = torch.ops.fsdlite.sparse_conv(grad_out, grad_grad_weight.transpose(1, 2), transposed,
-                                                   offset_starts, features.shape[0])
+        d_features = _transposed_conv(grad_out, grad_grad_weight, pairs, offset_starts, features.shape[0],
+                                      'sparse_conv_weight_grad backward')
     if need_grad_out:
         d_grad_out = torch.ops.fsdlite.sparse_conv(features, grad_grad_weight, pairs, offset_starts,
                                                    grad_out.shape[0])

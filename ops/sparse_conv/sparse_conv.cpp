@@ -19,15 +19,16 @@ void check_pairs_args(const at::Tensor& nbr, int64_t num_in) {
               " mean no neighbour)");
 }
 
-// offset_starts: 0 = s[0] <= s[1] <= ... <= s[k] = p (p pairs).
-void check_offset_starts(const at::Tensor& offset_starts, int64_t k, int64_t p, const char* op) {
-  const at::Tensor starts = offset_starts.cpu().contiguous();
+// offset_starts: 0 = s[0] <= s[1] <= ... <= s[k] = p (p pairs). Returns them on the host (for further checks).
+at::Tensor check_offset_starts(const at::Tensor& offset_starts, int64_t k, int64_t p, const char* op) {
+  at::Tensor starts = offset_starts.cpu().contiguous();
   const int64_t* s = starts.data_ptr<int64_t>();
   TORCH_CHECK(s[0] == 0 && s[k] == p, op, ": offset_starts must start at 0 and end at pairs.size(1) (", p,
               "), got ", s[0], " and ", s[k]);
   for (int64_t i = 0; i < k; ++i)
     TORCH_CHECK(s[i] <= s[i + 1], op, ": offset_starts must be non-decreasing, got ", s[i], " then ", s[i + 1],
                 " at offset ", i);
+  return starts;
 }
 
 // features (Vin, Cin) float32/float64, pairs (2, P) int64, offset_starts 1-D int64.
@@ -57,12 +58,11 @@ int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const a
                       t == &weight ? "weight" : (t == &pairs ? "pairs" : "offset_starts"));
   TORCH_CHECK(num_out >= 0, op, ": num_out must be >= 0, got ", num_out);
   check_output_rows(num_out, weight.size(2), op, "num_out", "Cout");
-  check_offset_starts(offset_starts, k, pairs.size(1), op);
+  const at::Tensor starts = check_offset_starts(offset_starts, k, pairs.size(1), op);
   check_index_range(pairs.select(0, 0), 0, features.size(0), op, "pairs[0] (input rows)");
   check_index_range(pairs.select(0, 1), 0, num_out, op, "pairs[1] (output rows)");
   // Output rows strictly increasing within each offset (so no output row twice: the kernels split an offset's
   // pairs among threads without atomics). pairs_by_offset produces this order.
-  const at::Tensor starts = offset_starts.cpu().contiguous();
   const int64_t* s = starts.data_ptr<int64_t>();
   const at::Tensor outs = pairs.select(0, 1).cpu().contiguous();
   const int64_t* o = outs.data_ptr<int64_t>();

@@ -344,6 +344,10 @@ def test_weight_grad_cpp_checks(call, error, match):
     x, _, pairs, starts, _ = _ok()
     with pytest.raises(error, match=match):
         torch.ops.fsdlite.sparse_conv_weight_grad(*call(x, torch.randn(6, 5), pairs, starts))
+
+
+def test_weight_grad_wrapper_names_the_bad_argument():
+    x, _, pairs, starts, _ = _ok()
     with pytest.raises(ValueError, match=r'sparse_conv_weight_grad: grad_out must be 2-D'):
         sparse_conv_weight_grad(x, torch.randn(6), pairs, starts)
 
