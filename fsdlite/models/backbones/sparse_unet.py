@@ -11,8 +11,16 @@ from ..layers.voxel_geometry import voxel_grid
 
 
 def _sum_channel_groups(features, out_channels):
-    """(V, k * out_channels) -> (V, out_channels) by summing groups of k consecutive channels."""
-    return features.view(features.shape[0], out_channels, -1).sum(dim=2)
+    """(V, k * out_channels) -> (V, out_channels) by summing groups of k consecutive channels.
+
+    Written as k - 1 adds of strided column slices: ``view(V, C, k).sum(2)`` (a reduction over a last axis of 2)
+    takes ~9x longer on the CPU for the same bits at k = 2.
+    """
+    k = features.shape[1] // out_channels
+    total = features[:, 0::k]
+    for j in range(1, k):
+        total = total + features[:, j::k]
+    return total
 
 
 @MODELS.register_module()
