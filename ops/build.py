@@ -23,6 +23,7 @@ Command line (the prebuild command)::
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,40 @@ def _sources(family, with_cuda):
     return sources
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def included_headers(sources):
+    """Every header the sources include with ``#include "..."``, transitively (resolved next to the including file,
+    then in ``ops/include``), sorted; torch's own headers (``<...>``) are not followed.
+
+    Args:
+        sources (Iterable[str | Path]): C++/CUDA source files.
+    Returns:
+        list[Path]: the headers found.
+    """
+    seen, todo = set(), [Path(s) for s in sources]
+    while todo:
+        including = todo.pop()
+        for name in _INCLUDE.findall(including.read_text(errors='replace')):
+            found = [c for c in (including.parent / name, INCLUDE_DIR / name) if c.is_file()]
+            header = found[0].resolve() if found else None
+            if header is not None and header not in seen:
+                seen.add(header)
+                todo.append(header)
+    return sorted(seen)
+
+
+def headers_digest(sources):
+    """sha1 of the contents of :func:`included_headers`: part of the build flags, so an edit of a header rebuilds
+    the families that include it (torch's JIT versioner hashes only the listed sources)."""
+    digest = hashlib.sha1()
+    for header in included_headers(sources):
+        digest.update(header.name.encode())
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def library_name(family):
     """Extension name; salted with this checkout's path so clones never share a cache entry."""
     salt = hashlib.sha1(str(OPS_ROOT).encode()).hexdigest()[:8]
@@ -93,13 +128,14 @@ def load_family(family):
             print(f'[fsdlite.ops] compiling op family {family!r} (first use; cached in {build_dir}) ...',
                   file=sys.stderr, flush=True)
         start = time.time()
-        cflags = ['-O3', '-fopenmp', '-DNDEBUG']
+        sources = _sources(family, with_cuda)
+        cflags = ['-O3', '-fopenmp', '-DNDEBUG', f'-DFSDLITE_HEADERS={headers_digest(sources)}']
         cuda_flags = ['-O3', '--expt-relaxed-constexpr']
         if with_cuda:
             cflags.append('-DFSDLITE_WITH_CUDA')
         cpp_extension.load(
             name=name,
-            sources=_sources(family, with_cuda),
+            sources=sources,
             extra_include_paths=[str(INCLUDE_DIR)],
             extra_cflags=cflags,
             extra_cuda_cflags=cuda_flags if with_cuda else None,

@@ -194,28 +194,17 @@ inline ConvReach conv_reach(const int64_t* c, const SortedRows& s, const Geometr
     });
     cr.start[i + 1] = static_cast<int64_t>(key.size());
   }
-  cr.out_keys = key;
-  radix_sort(cr.out_keys, g.num_batches * g.out_shape[0] * g.out_shape[1] * g.out_shape[2]);
-  cr.out_keys.erase(std::unique(cr.out_keys.begin(), cr.out_keys.end()), cr.out_keys.end());
-  // an offset's output keys ascend with the sorted inputs: each offset searches forward from its previous row
-  // (galloping, O(log gap))
-  const std::vector<int64_t>& keys = cr.out_keys;
-  const int64_t num_out = static_cast<int64_t>(keys.size()), total = cr.start[n];
+  // The keys sorted with their entry numbers; one pass then gives each entry the rank of its key among the distinct
+  // keys (its output row) and lists those keys (no search per entry).
+  const int64_t total = cr.start[n];
+  std::vector<int64_t> entry(total);
+  std::iota(entry.begin(), entry.end(), int64_t{0});
+  radix_sort(key, g.num_batches * g.out_shape[0] * g.out_shape[1] * g.out_shape[2], &entry);
   cr.row.resize(total);
-  std::vector<int64_t> pos(g.kernel_volume, 0);
-  for (int64_t e = 0; e < total; ++e) {
-    int64_t& p = pos[cr.offset[e]];
-    int64_t hi = num_out;
-    if (keys[p] < key[e]) {
-      int64_t step = 1;
-      while (p + step < num_out && keys[p + step] < key[e]) {
-        p += step;
-        step *= 2;
-      }
-      hi = std::min(num_out, p + step + 1);
-    }
-    p = std::lower_bound(keys.begin() + p, keys.begin() + hi, key[e]) - keys.begin();
-    cr.row[e] = p;
+  cr.out_keys.reserve(total);
+  for (int64_t j = 0; j < total; ++j) {
+    if (j == 0 || key[j] != key[j - 1]) cr.out_keys.push_back(key[j]);
+    cr.row[entry[j]] = static_cast<int64_t>(cr.out_keys.size()) - 1;
   }
   return cr;
 }
