@@ -66,7 +66,11 @@ class LinearNormAct(nn.Sequential):
         if _CONCAT_CALLS:
             return self(torch.cat([x, gather(group_feats, index)], 1))
         weight = self.linear.weight
-        out = F.linear(x, weight[:, :cx], self.linear.bias) + gather(F.linear(group_feats, weight[:, cx:]), index)
+        gathered = gather(F.linear(group_feats, weight[:, cx:]), index)
+        if self.linear.bias is None:  # the GEMM adds into the gathered part: no second (N, C_out) pass
+            out = torch.addmm(gathered, x, weight[:, :cx].t())
+        else:
+            out = F.linear(x, weight[:, :cx], self.linear.bias) + gathered
         return self.act(self.norm(out))
 
 
