@@ -109,14 +109,27 @@ class ForegroundSampler:
         else:
             cand = torch.arange(n * c, device=device)
         cand_cls = cand % c
-        rank = segment_rank(batch.index_select(0, cand // c) * c + cand_cls, flat.index_select(0, cand), batch_size * c)
-        keep = rank < budgets.index_select(0, cand_cls)
-        num_over_budget = (~keep).sum() if mode == 'threshold' else torch.zeros((), dtype=torch.int64, device=device)
-        sel = cand[keep]
+        segment = batch.index_select(0, cand // c) * c + cand_cls
+        if mode == 'threshold' and self._within_budgets(segment, budgets, batch_size):
+            sel, num_over_budget = cand, torch.zeros((), dtype=torch.int64, device=device)  # nothing to rank
+        else:
+            rank = segment_rank(segment, flat.index_select(0, cand), batch_size * c)
+            keep = rank < budgets.index_select(0, cand_cls)
+            num_over_budget = (~keep).sum() if mode == 'threshold' else torch.zeros((), dtype=torch.int64,
+                                                                                    device=device)
+            sel = cand[keep]
         point_index, class_id = sel // c, sel % c  # sel indexes the flattened (N, C) pairs
         centre = self.voted_centre(xyz.index_select(0, point_index), vote_codes.reshape(n * c, 3).index_select(0, sel))
         return ForegroundPoints(point_index, class_id, batch.index_select(0, point_index), centre,
                                 scores.reshape(n * c).index_select(0, sel), num_over_budget)
+
+    def _within_budgets(self, segment, budgets, batch_size):
+        """True when no (sample, class) segment of the (M,) candidate ``segment`` ids (``sample * C + class``) has
+        more candidates than its class budget: then every candidate is kept and no ranking is needed."""
+        if segment.numel() <= min(self.max_per_class):
+            return True
+        counts = torch.bincount(segment, minlength=batch_size * self.num_classes)
+        return bool((counts.view(batch_size, self.num_classes) <= budgets).all())
 
     def voted_centre(self, xyz, codes):
         """Voted centres (P, 3) of points ``xyz`` (P, 3) with vote codes (P, 3), clamped into the point range."""

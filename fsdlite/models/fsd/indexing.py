@@ -56,13 +56,24 @@ def segment_rank(keys, scores, num_segments):
         raise ValueError(f'segment_rank: keys and scores must be (N,) tensors of one length, '
                          f'got {tuple(keys.shape)} and {tuple(scores.shape)}')
     n = keys.shape[0]
-    order = torch.argsort(scores, descending=True, stable=True)
-    order = order[torch.argsort(keys[order], stable=True)]
+    if scores.dtype == torch.float32 and num_segments < 2**31:
+        order = torch.sort(_segment_score_keys(keys, scores), stable=True).indices  # one sort
+    else:
+        order = torch.argsort(scores, descending=True, stable=True)
+        order = order[torch.argsort(keys[order], stable=True)]
     counts = torch.bincount(keys, minlength=num_segments)
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.empty_like(keys)
     rank[order] = torch.arange(n, device=keys.device) - starts[keys[order]]
     return rank
+
+
+def _segment_score_keys(keys, scores):
+    """int64 ``segment * 2^32 + descending-score code`` of float32 ``scores``: ascending order of these keys is
+    segment-major, score-descending (a stable sort keeps ties in index order, as NaN-free comparisons would)."""
+    bits = (scores + 0.0).view(torch.int32).long()  # + 0.0 turns -0.0 into 0.0 (they compare equal)
+    ordered = torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)  # monotonic in the float's value
+    return keys * 2**32 + (2**31 - 1 - ordered)  # in [0, 2^32) per segment; larger scores first
 
 
 def segment_count(index, num_segments):

@@ -20,11 +20,15 @@ def _loop_rank(keys, scores):
     return rank
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.25, 0.5, 1.0])), max_size=40))
-def test_segment_rank_matches_loop_with_ties(items):
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, -0.0, 0.25, 0.5, 1.0, -0.5, -3.0, 1e-30,
+                                                               float('inf'), float('-inf')])), max_size=40),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_segment_rank_matches_loop_with_ties(items, dtype):
+    """float32 ranks on one sort of (segment, score) integer keys, float64 on two sorts: both match the loop,
+    signs, zeros of both signs (equal) and infinities included."""
     keys = torch.tensor([k for k, _ in items], dtype=torch.int64)
-    scores = torch.tensor([s for _, s in items])
+    scores = torch.tensor([s for _, s in items], dtype=dtype)
     assert torch.equal(segment_rank(keys, scores, 4), _loop_rank(keys, scores))
 
 
@@ -60,6 +64,36 @@ def test_threshold_and_budget():
         assert torch.allclose(centre, expected)
         assert b == (0 if p < 3 else 1)
         assert s == _inputs()[0][p, c]
+
+
+def _brute_force_selection(scores, batch, thresholds, budgets):
+    """(point, class) pairs kept by threshold + per-(sample, class) budget, point-major, by plain loops."""
+    kept = []
+    n, c = scores.shape
+    for p in range(n):
+        for k in range(c):
+            if scores[p, k] <= thresholds[k]:
+                continue
+            rivals = [q for q in range(n) if batch[q] == batch[p] and scores[q, k] > thresholds[k]]
+            better = sum(1 for q in rivals if scores[q, k] > scores[p, k] or (scores[q, k] == scores[p, k] and q < p))
+            kept.append((p, k, better >= budgets[k]))
+    return [(p, k) for p, k, cut in kept if not cut], sum(cut for *_, cut in kept)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 12), st.integers(1, 12))
+def test_threshold_mode_matches_brute_force(seed, budget0, budget1):
+    """Within every budget nothing is ranked (the fast path) and beyond one the ranking cuts; both give the
+    brute-force selection, in point-major order, with the cut candidates counted."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(0, 30, (1,), generator=g))
+    scores = torch.randint(0, 8, (n, 2), generator=g).float() / 8  # ties on purpose
+    batch = torch.randint(0, 2, (n,), generator=g)
+    sampler = ForegroundSampler(2, score_thresholds=(0.3, 0.5), max_per_class=(budget0, budget1), point_range=RANGE)
+    fg = sampler(scores, torch.zeros(n, 2, 3), torch.zeros(n, 3), batch, batch_size=2)
+    expected, cut = _brute_force_selection(scores, batch, (0.3, 0.5), (budget0, budget1))
+    assert list(zip(fg.point_index.tolist(), fg.class_id.tolist())) == expected
+    assert int(fg.num_over_budget) == cut
 
 
 def test_threshold_offset_lowers_thresholds():
