@@ -34,6 +34,13 @@ def _options(cls, name, cfg):
         raise TypeError(f'SyntheticLidarDataset: bad {name} options {dict(cfg or {})}: {exc}') from None
 
 
+def _copied(value):
+    """A copy of an array or tensor (other values as they are)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    return value.copy() if hasattr(value, 'copy') else value
+
+
 @DATASETS.register_module()
 class SyntheticLidarDataset(LidarDetDataset):
     """Synthetic lidar frames: a spinning multi-beam lidar ray-cast against ground, objects and clutter.
@@ -99,7 +106,7 @@ class SyntheticLidarDataset(LidarDetDataset):
             frame['num_points_in_gt'] = count_points_in_boxes(points, boxes)
             if self._cache is not None:
                 self._cache[key] = frame
-        out = {k: v.copy() if hasattr(v, 'copy') else v for k, v in frame.items() if k != 'clutter_bboxes_3d'}
+        out = {k: _copied(v) for k, v in frame.items() if k != 'clutter_bboxes_3d'}  # the cache stays intact
         out['split'] = self.split
         skipped = int(out.get('num_skipped_objects', 0))
         report_dropped(self, 'num_skipped_objects', skipped, lambda: f'{skipped} boxes (objects or clutter) of frame '

@@ -39,13 +39,15 @@ train_pipeline = augmentation + filtering + [dict(type='PointShuffle'), dict(typ
 train_pipeline_gt_sample = [object_sample] + train_pipeline
 test_pipeline = filtering + [dict(type='Pack3DDetInputs')]
 
+# cache=True keeps each rendered frame in memory (~0.4 MB per frame: ~150 MB for the 400 training frames): a frame
+# takes ~14 ms to ray-cast and ~2 ms to run through the pipeline, and training reads every frame many times.
 train_dataloader = dict(
     batch_size=2,
     num_workers=0,
     persistent_workers=False,
     sampler=dict(type='DefaultSampler', shuffle=True),
     dataset=dict(type=dataset_type, split='train', num_frames=400, seed=0, lidar=lidar, noise=noise, scene=scene,
-                 metainfo=metainfo, pipeline=train_pipeline))
+                 metainfo=metainfo, pipeline=train_pipeline, cache=True))
 val_dataloader = dict(
     batch_size=1,
     num_workers=0,
@@ -53,5 +55,5 @@ val_dataloader = dict(
     drop_last=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
     dataset=dict(type=dataset_type, split='val', num_frames=50, seed=0, lidar=lidar, noise=noise, scene=scene,
-                 metainfo=metainfo, pipeline=test_pipeline, test_mode=True))
+                 metainfo=metainfo, pipeline=test_pipeline, test_mode=True, cache=True))
 test_dataloader = val_dataloader
