@@ -110,13 +110,13 @@ class ForegroundSampler:
             cand = torch.arange(n * c, device=device)
         cand_cls = cand % c
         segment = batch.index_select(0, cand // c) * c + cand_cls
+        num_over_budget = torch.zeros((), dtype=torch.int64, device=device)
         if mode == 'threshold' and self._within_budgets(segment, budgets, batch_size):
-            sel, num_over_budget = cand, torch.zeros((), dtype=torch.int64, device=device)  # nothing to rank
+            sel = cand  # every candidate fits its budget: nothing to rank
         else:
-            rank = segment_rank(segment, flat.index_select(0, cand), batch_size * c)
-            keep = rank < budgets.index_select(0, cand_cls)
-            num_over_budget = (~keep).sum() if mode == 'threshold' else torch.zeros((), dtype=torch.int64,
-                                                                                    device=device)
+            keep = segment_rank(segment, flat.index_select(0, cand), batch_size * c) < budgets.index_select(0, cand_cls)
+            if mode == 'threshold':
+                num_over_budget = (~keep).sum()
             sel = cand[keep]
         point_index, class_id = sel // c, sel % c  # sel indexes the flattened (N, C) pairs
         centre = self.voted_centre(xyz.index_select(0, point_index), vote_codes.reshape(n * c, 3).index_select(0, sel))
