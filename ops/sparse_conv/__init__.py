@@ -85,9 +85,9 @@ def _transposed_conv(rows, matrices, pairs, offset_starts, num_in, op):
     return torch.ops.fsdlite.sparse_conv(rows, matrices.transpose(1, 2), transposed, offset_starts, num_in)
 
 
-def _setup_context(ctx, inputs, output):
-    features, weight, pairs, offset_starts, _ = inputs
-    ctx.save_for_backward(features, weight, pairs, offset_starts)
+def _save_tensor_inputs(ctx, inputs, output):
+    """setup_context of both ops: their four tensor inputs (``num_out`` of sparse_conv is not needed)."""
+    ctx.save_for_backward(*inputs[:4])
 
 
 def _backward(ctx, grad_out):
@@ -100,11 +100,6 @@ def _backward(ctx, grad_out):
     if need_weight:
         grad_weight = torch.ops.fsdlite.sparse_conv_weight_grad(features, grad_out, pairs, offset_starts)
     return grad_features, grad_weight, None, None, None
-
-
-def _setup_weight_grad_context(ctx, inputs, output):
-    features, grad_out, pairs, offset_starts = inputs
-    ctx.save_for_backward(features, grad_out, pairs, offset_starts)
 
 
 def _weight_grad_backward(ctx, grad_grad_weight):
@@ -122,9 +117,9 @@ def _weight_grad_backward(ctx, grad_grad_weight):
     return d_features, d_grad_out, None, None
 
 
-torch.library.register_autograd('fsdlite::sparse_conv', _backward, setup_context=_setup_context)
+torch.library.register_autograd('fsdlite::sparse_conv', _backward, setup_context=_save_tensor_inputs)
 torch.library.register_autograd('fsdlite::sparse_conv_weight_grad', _weight_grad_backward,
-                                setup_context=_setup_weight_grad_context)
+                                setup_context=_save_tensor_inputs)
 
 
 def _check_pairs(op, pairs, offset_starts):
