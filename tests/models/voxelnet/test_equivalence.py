@@ -31,7 +31,11 @@ def test_float32_outputs_and_gradients_match(build_voxelnet, inputs, train_mode)
     dense_out, dense_grads = _run(model, 'dense', feats, centres)
     eff_out, eff_grads = _run(model, 'efficient', feats, centres)
     assert _rel(eff_out, dense_out) <= 1e-5
-    assert _grad_rel(eff_grads, dense_grads) <= 1e-4
+    # float32 gradients of tensors whose gradient is a small sum of large cancelling terms carry the summation
+    # order's rounding: seed 0 on an AMD EPYC (MKL's AMD code path) gives 2.0e-3 of the floor in the voxel-stage
+    # coordinate layer's weight gradient (0.04 against 117 for the largest), other machines and seeds < 1e-6.
+    # The float64 test below checks the match to rounding; a wrong gradient is off by O(1).
+    assert _grad_rel(eff_grads, dense_grads) <= 5e-3
     assert dense_grads[0].abs().sum() > 0          # gradients reach the muon features
 
 
