@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fsdlite.models.detectors.static import dynamic_path
-from fsdlite.models.layers.mlp import materialized_concat
+from fsdlite.models.layers.bn_fold import layer_by_layer
 
 from . import custom_rules  # noqa: F401  (registers the fsdlite op rules)
 from .labels import LabelStore
@@ -257,7 +257,7 @@ def trace_channels(model, data, mode='tensor'):
     A fixed-shape model is traced on its dynamic path (:func:`~fsdlite.models.detectors.static.dynamic_path`): its
     rulebook convs read the sparse-conv weights functionally, which the layer hooks would see as unknown parameter
     use (every backbone channel frozen); for the same reason layers that read a gathered concatenation split
-    (``LinearNormAct.forward_gathered_concat``) are traced on the concatenation (:func:`materialized_concat`).
+    (``LinearNormAct.forward_gathered_concat``) are traced on the concatenation (:func:`layer_by_layer`).
 
     Args:
         model (nn.Module): an mmengine BaseModel (or any module taking ``inputs, data_samples, mode``).
@@ -271,7 +271,7 @@ def trace_channels(model, data, mode='tensor'):
     model.eval()
     handles = tracer.attach(model)
     try:
-        with torch.no_grad(), dynamic_path(model), materialized_concat(), tracer:
+        with torch.no_grad(), dynamic_path(model), layer_by_layer(), tracer:
             output = model(**data, mode=mode)
         tracer.collect_outputs(output)
     finally:

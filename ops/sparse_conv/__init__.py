@@ -155,7 +155,9 @@ def sparse_conv(features, weight, pairs, offset_starts, num_out, bias=None):
         _checks.tensor(_OP, 'bias', bias, dtype=features.dtype, dim=1, size={0: (weight.shape[2], 'Cout')})
     _checks.same_device(_OP, features=features, weight=weight, pairs=pairs, offset_starts=offset_starts, bias=bias)
     out = torch.ops.fsdlite.sparse_conv(features, weight, pairs, offset_starts, num_out)
-    return out if bias is None else out + bias
+    if bias is None:
+        return out
+    return out + bias if out.requires_grad else out.add_(bias)  # (the op's backward does not read its output)
 
 
 def sparse_conv_weight_grad(features, grad_out, pairs, offset_starts):

@@ -5,7 +5,8 @@ from torch import nn
 
 from fsdlite.models.layers.builder import build_module
 from fsdlite.models.layers.channels import channel_tuple, stage_channels
-from fsdlite.models.layers.mlp import LinearNormAct, build_mlp, materialized_concat
+from fsdlite.models.layers.bn_fold import layer_by_layer
+from fsdlite.models.layers.mlp import LinearNormAct, build_mlp
 from fsdlite.models.layers.norm_act import build_act, build_norm
 from fsdlite.models.layers.sparse_block import build_sparse_conv, sparse_conv_block, to_sparse_tensor
 from fsdlite.models.layers.voxel_geometry import voxel_centers, voxel_grid
@@ -56,9 +57,9 @@ def test_gathered_concat_equals_the_concatenation(norm_cfg, act_cfg):
     layer.linear.register_forward_hook(lambda *args: calls.append(1))
     layer.forward_gathered_concat(x, group, index, gather)
     assert not calls  # the linear layer's weight is read functionally...
-    with materialized_concat():
+    with layer_by_layer():
         assert torch.equal(layer.forward_gathered_concat(x, group, index, gather), expected)
-    assert calls == [1]  # ...except inside materialized_concat, where the layer itself runs on the concatenation
+    assert calls == [1]  # ...except inside layer_by_layer, where the layer itself runs on the concatenation
     with pytest.raises(ValueError, match=r'x \(5 channels\) and group_feats \(2\) must add up to in_channels=8'):
         layer.forward_gathered_concat(x, group[:, :2], index, gather)
 

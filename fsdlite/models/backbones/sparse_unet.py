@@ -326,11 +326,11 @@ class SparseUNet(nn.Module):
         rows = iter([None] * expected if max_voxels is None else
                     [out for *_, out in self.rulebook_layout(max_voxels)])
 
-        def conv(module, x):
+        def conv(layers, x):
             num_out = next(rows)
             if num_out is None:
-                return rulebook_conv_forward(module, x, next(maps))
-            return pair_conv_forward(module, x, next(maps), num_out)
+                return rulebook_conv_forward(layers[0], x, next(maps)), 1
+            return pair_conv_forward(layers[0], x, next(maps), num_out), 1
 
         return self._run_convs(voxel_feats, conv)
 
@@ -445,13 +445,15 @@ class SparseUNet(nn.Module):
         """
         from fsdlite.ops import sparse_conv
 
+        from ..layers.bn_fold import run_conv_norm_act
         from ..layers.rulebook_conv import kernel_matrices
         plan, order = self.offset_pairs(voxel_coors)
         plan = iter(plan)
 
-        def conv(module, x):
+        def conv(layers, x):  # an eval-mode BatchNorm after the conv is folded into it when no gradient is needed
             pairs, num_out, one_by_one = next(plan)
-            return sparse_conv(x, kernel_matrices(module.weight, one_by_one), *pairs, num_out, bias=module.bias)
+            return run_conv_norm_act(layers, x, lambda x, w, b: sparse_conv(x, w, *pairs, num_out, bias=b),
+                                     lambda w: kernel_matrices(w, one_by_one), one_by_one)
 
         if order is None:
             return self._run_convs(voxel_feats, conv)
@@ -459,10 +461,13 @@ class SparseUNet(nn.Module):
         return torch.empty_like(out).index_copy_(0, order, out)
 
     def _run_convs(self, voxel_feats, conv):
-        """The UNet on plain (rows, C) tensors; ``conv(module, x)`` runs the first layer of every block."""
+        """The UNet on plain (rows, C) tensors; ``conv(layers, x)`` runs the first ``n >= 1`` layers of every block
+        (``layers``: the block's modules, the conv first) and returns ``(output, n)``."""
         def run(block, x):
-            for k, module in enumerate(block.children()):  # (indexing a spconv SparseSequential walks it)
-                x = conv(module, x) if k == 0 else module(x)
+            layers = list(block.children())  # (indexing a spconv SparseSequential walks it)
+            x, done = conv(layers, x)
+            for module in layers[done:]:
+                x = module(x)
             return x
 
         x = run(self.conv_input, voxel_feats)

@@ -1,26 +1,11 @@
 """Point-wise MLP blocks: ``Linear -> norm -> activation`` on (N, C) tensors."""
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .bn_fold import fold_batch_norm, running_layer_by_layer
 from .channels import channel_tuple
 from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, norm_has_bias
-
-_CONCAT_CALLS = []  # non-empty inside materialized_concat()
-
-
-@contextlib.contextmanager
-def materialized_concat():
-    """Inside this block :meth:`LinearNormAct.forward_gathered_concat` builds the concatenation and calls the layer
-    on it (the same values): for tools that observe layers through their module calls, e.g. the slim tracer,
-    which must see the linear layer read every input column."""
-    _CONCAT_CALLS.append(True)
-    try:
-        yield
-    finally:
-        _CONCAT_CALLS.pop()
 
 
 class LinearNormAct(nn.Sequential):
@@ -43,6 +28,14 @@ class LinearNormAct(nn.Sequential):
         self.norm = build_norm(norm_cfg, self.out_channels)
         self.act = build_act(act_cfg)
 
+    def forward(self, x):
+        """(N, in_channels) -> (N, out_channels); an eval-mode BatchNorm is folded into the linear layer when no
+        gradient is needed (:mod:`.bn_fold`)."""
+        folded = fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t, 'linear')
+        if folded is None or x.dim() != 2:
+            return super().forward(x)
+        return self.act(torch.addmm(folded.bias, x, folded.weight))
+
     def forward_gathered_concat(self, x, group_feats, index, gather):
         """``self(torch.cat([x, gather(group_feats, index)], 1))`` without building the concatenation.
 
@@ -63,8 +56,12 @@ class LinearNormAct(nn.Sequential):
         if cx + cg != self.in_channels:
             raise ValueError(f'forward_gathered_concat: x ({cx} channels) and group_feats ({cg}) must add up to '
                              f'in_channels={self.in_channels}')
-        if _CONCAT_CALLS:
+        if running_layer_by_layer():
             return self(torch.cat([x, gather(group_feats, index)], 1))
+        folded = fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t, 'linear')
+        if folded is not None:  # (C_in, C_out) folded weight; its shift added once the rows are complete
+            gathered = gather(group_feats @ folded.weight[cx:], index)
+            return self.act(torch.addmm(gathered, x, folded.weight[:cx]).add_(folded.bias))
         weight = self.linear.weight
         gathered = gather(F.linear(group_feats, weight[:, cx:]), index)
         if self.linear.bias is None:  # the GEMM adds into the gathered part: no second (N, C_out) pass
@@ -97,4 +94,4 @@ def build_mlp(in_channels, channels, norm_cfg=DEFAULT_NORM_CFG, act_cfg=DEFAULT_
     return nn.Sequential(*layers)
 
 
-__all__ = ['LinearNormAct', 'build_mlp', 'materialized_concat']
+__all__ = ['LinearNormAct', 'build_mlp']
