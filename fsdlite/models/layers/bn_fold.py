@@ -5,7 +5,9 @@
 end in such a norm (``LinearNormAct``, the sparse-conv blocks of the UNet's fused path) run the folded map when
 no gradient is needed: one GEMM instead of GEMM + norm, and no extra (N, C) pass.  The folded weights are cached
 on the norm module and rebuilt whenever any tensor they come from changes (new storage or an in-place update:
-optimizer steps, ``load_state_dict``, ``.to()``).  Same values as the unfolded layers up to float rounding.
+optimizer steps, ``load_state_dict``, ``.to()``).  An edit through ``param.data`` bypasses the version counter
+that tells: make such edits on the parameter itself (under ``torch.no_grad()``) or run inside
+:func:`layer_by_layer`.  Same values as the unfolded layers up to float rounding.
 
 Folding is off (the layers run module by module) while gradients are enabled, while the norm is in training mode
 or has no running statistics, while a graph is exported, and inside :func:`layer_by_layer` -- the block tools use
