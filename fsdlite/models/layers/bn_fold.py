@@ -49,11 +49,16 @@ class FoldedAffine(NamedTuple):
     bias: torch.Tensor    #: (C_out,) ``bias * scale + shift``
 
 
+def _is_eval_batch_norm(norm):
+    """An eval-mode BatchNorm with running statistics (an affine map)."""
+    return (isinstance(norm, nn.modules.batchnorm._BatchNorm) and not norm.training
+            and norm.running_mean is not None and norm.running_var is not None)
+
+
 def batch_norm_affine(norm):
     """``(scale, shift)`` (C,) with ``norm(y) == y * scale + shift`` for an eval-mode BatchNorm with running
     statistics; None for any other module (training mode, no running statistics, not a BatchNorm)."""
-    if (not isinstance(norm, nn.modules.batchnorm._BatchNorm) or norm.training or norm.running_mean is None
-            or norm.running_var is None):
+    if not _is_eval_batch_norm(norm):
         return None
     scale = torch.rsqrt(norm.running_var + norm.eps)
     if norm.weight is not None:
@@ -86,9 +91,7 @@ def fold_batch_norm(norm, weight, bias, weight_out_last, tag):
         FoldedAffine | None: None when folding is off (see the module docstring); the caller then runs its layers
         unfolded.
     """
-    if torch.is_grad_enabled() or _LAYER_BY_LAYER or is_exporting():
-        return None
-    if not isinstance(norm, nn.modules.batchnorm._BatchNorm) or norm.training or norm.running_var is None:
+    if torch.is_grad_enabled() or _LAYER_BY_LAYER or is_exporting() or not _is_eval_batch_norm(norm):
         return None
     versions = _versions((weight, bias, norm.weight, norm.bias, norm.running_mean, norm.running_var))
     key = None if versions is None else (tag, norm.eps) + versions

@@ -31,8 +31,9 @@ class LinearNormAct(nn.Sequential):
     def forward(self, x):
         """(N, in_channels) -> (N, out_channels); an eval-mode BatchNorm is folded into the linear layer when no
         gradient is needed (:mod:`.bn_fold`)."""
-        folded = fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t, 'linear')
-        if folded is None or x.dim() != 2:
+        folded = None if x.dim() != 2 else fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t,
+                                                           'linear')
+        if folded is None:
             return super().forward(x)
         return self.act(torch.addmm(folded.bias, x, folded.weight))
 
