@@ -44,7 +44,7 @@ def test_deterministic_and_split_disjoint(synthetic_dataset):
     assert torch.equal(subset.raw_results(0)['points'], a.raw_results(3)['points'])
     cached = synthetic_dataset(cache=True)
     first = cached.raw_results(1)
-    for value in first.values():  # editing a returned sample (any array or tensor) must not corrupt the cache
+    for value in first.values():  # editing a returned sample (every tensor in it) must not corrupt the cache
         if isinstance(value, torch.Tensor) and value.numel():
             value.view(-1)[0] = -7
     again, fresh = cached.raw_results(1), a.raw_results(1)

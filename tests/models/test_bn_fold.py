@@ -94,7 +94,10 @@ def test_folded_weights_follow_every_change():
         layer.load_state_dict(other.state_dict())  # load_state_dict copies in place
         assert torch.allclose(layer(x), nn.Sequential.forward(other, x), atol=1e-5)
         layer.double()                            # new storage and dtype
-        assert layer(x.double()).dtype == torch.float64
+        with layer_by_layer():
+            expected = layer(x.double())
+        folded = layer(x.double())
+        assert folded.dtype == torch.float64 and torch.allclose(folded, expected, atol=1e-12)
 
 
 def test_sparse_unet_fused_path_folds_its_norms():

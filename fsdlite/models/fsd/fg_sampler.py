@@ -14,7 +14,7 @@ from fsdlite.structures.bounds import check_bound
 
 from ...registry import TASK_UTILS
 from .coders import decode_vote
-from .indexing import mask_to_index, mask_to_padded_index, segment_rank
+from .indexing import mask_to_index, mask_to_padded_index, segment_count, segment_rank
 
 
 class ForegroundPoints(NamedTuple):
@@ -111,10 +111,14 @@ class ForegroundSampler:
         cand_cls = cand % c
         segment = batch.index_select(0, cand // c) * c + cand_cls
         num_over_budget = torch.zeros((), dtype=torch.int64, device=device)
-        if mode == 'threshold' and self._within_budgets(segment, budgets, batch_size):
+        counts = None  # candidates per (sample, class); ranking reuses them (fewer candidates than any budget: none)
+        if mode == 'threshold' and segment.numel() > min(self.max_per_class):
+            counts = segment_count(segment, batch_size * c)
+        if mode == 'threshold' and (counts is None or bool((counts.view(batch_size, c) <= budgets).all())):
             sel = cand  # every candidate fits its budget: nothing to rank
         else:
-            keep = segment_rank(segment, flat.index_select(0, cand), batch_size * c) < budgets.index_select(0, cand_cls)
+            keep = (segment_rank(segment, flat.index_select(0, cand), batch_size * c, counts)
+                    < budgets.index_select(0, cand_cls))
             if mode == 'threshold':
                 num_over_budget = (~keep).sum()
             sel = cand[keep]
@@ -122,14 +126,6 @@ class ForegroundSampler:
         centre = self.voted_centre(xyz.index_select(0, point_index), vote_codes.reshape(n * c, 3).index_select(0, sel))
         return ForegroundPoints(point_index, class_id, batch.index_select(0, point_index), centre,
                                 scores.reshape(n * c).index_select(0, sel), num_over_budget)
-
-    def _within_budgets(self, segment, budgets, batch_size):
-        """True when no (sample, class) segment of the (M,) candidate ``segment`` ids (``sample * C + class``) has
-        more candidates than its class budget: then every candidate is kept and no ranking is needed."""
-        if segment.numel() <= min(self.max_per_class):
-            return True
-        counts = torch.bincount(segment, minlength=batch_size * self.num_classes)
-        return bool((counts.view(batch_size, self.num_classes) <= budgets).all())
 
     def voted_centre(self, xyz, codes):
         """Voted centres (P, 3) of points ``xyz`` (P, 3) with vote codes (P, 3), clamped into the point range."""

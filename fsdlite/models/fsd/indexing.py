@@ -42,13 +42,14 @@ def mask_to_padded_index(mask, bound, name=None, strict=None):
     return index, total.clamp(max=bound), dropped
 
 
-def segment_rank(keys, scores, num_segments):
+def segment_rank(keys, scores, num_segments, counts=None):
     """Rank of each element inside its segment by descending score (ties: lower index first).
 
     Args:
         keys (Tensor): (N,) int64 segment id of each element in [0, num_segments).
         scores (Tensor): (N,) scores.
         num_segments (int): number of segments S.
+        counts (Tensor, optional): (S,) :func:`segment_count` of ``keys``, when the caller has it already.
     Returns:
         Tensor: (N,) int64 rank (0 = best of its segment).
     """
@@ -61,7 +62,8 @@ def segment_rank(keys, scores, num_segments):
     else:
         order = torch.argsort(scores, descending=True, stable=True)
         order = order[torch.argsort(keys[order], stable=True)]
-    counts = torch.bincount(keys, minlength=num_segments)
+    if counts is None:
+        counts = segment_count(keys, num_segments)
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.empty_like(keys)
     rank[order] = torch.arange(n, device=keys.device) - starts[keys[order]]

@@ -28,11 +28,14 @@ class LinearNormAct(nn.Sequential):
         self.norm = build_norm(norm_cfg, self.out_channels)
         self.act = build_act(act_cfg)
 
+    def _folded(self):
+        """(C_in, C_out) weight and (C_out,) bias of linear + norm (:func:`.bn_fold.fold_batch_norm`), or None."""
+        return fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t, 'linear')
+
     def forward(self, x):
         """(N, in_channels) -> (N, out_channels); an eval-mode BatchNorm is folded into the linear layer when no
         gradient is needed (:mod:`.bn_fold`)."""
-        folded = None if x.dim() != 2 else fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t,
-                                                           'linear')
+        folded = self._folded() if x.dim() == 2 else None
         if folded is None:
             return super().forward(x)
         return self.act(torch.addmm(folded.bias, x, folded.weight))
@@ -59,7 +62,7 @@ class LinearNormAct(nn.Sequential):
                              f'in_channels={self.in_channels}')
         if running_layer_by_layer():
             return self(torch.cat([x, gather(group_feats, index)], 1))
-        folded = fold_batch_norm(self.norm, self.linear.weight, self.linear.bias, torch.t, 'linear')
+        folded = self._folded()
         if folded is not None:  # (C_in, C_out) folded weight; its shift added once the rows are complete
             gathered = gather(group_feats @ folded.weight[cx:], index)
             return self.act(torch.addmm(gathered, x, folded.weight[:cx]).add_(folded.bias))
