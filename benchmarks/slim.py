@@ -73,6 +73,9 @@ def parse_args(argv=None):
     p.add_argument('--out', default='work_dirs/bench_slim')
     p.add_argument('--quick', action='store_true', help='fresh weights, tiny eval sets, 2 fine-tune iterations')
     p.add_argument('--no-memory', action='store_true', help='skip the fresh-process peak-memory measurements')
+    p.add_argument('--calibration-items', type=int, default=0, metavar='N',
+                   help="least-squares compensation of dropped channels on the original's activations over the "
+                        'first N training items (0: plain slicing)')
     p.add_argument('--no-control', action='store_true',
                    help='do not fine-tune the original (by default it gets the same fine-tune as the slim variants, '
                         'and the speed-up / metric drop compare fine-tuned with fine-tuned)')
@@ -178,7 +181,10 @@ def run_family(name, spec, args, ckpt):
     iters = dict(x.split('=') for x in args.finetune_iters).get(name, 2 if args.quick else spec['finetune'])
     iters = int(iters)
     print(f'\n=== {name}: {spec["config"]} (checkpoint {ckpt}) ===', flush=True)
-    prepared = prepare(str(config), ckpt, options, log=print)
+    cpu0 = time.process_time()
+    prepared = prepare(str(config), ckpt, options, log=print, calibration=args.calibration_items)
+    print(f'traced{" and calibrated" if args.calibration_items else ""} in '
+          f'{time.process_time() - cpu0:.1f} CPU s', flush=True)
     variants = [('original', str(config), ckpt, options, None)]
     requests = {'width': (f'width {args.width}', SlimRequest(width=args.width)),
                 'depth': ('depth', SlimRequest(depth=dict(spec['depth']))),

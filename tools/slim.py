@@ -57,6 +57,9 @@ def parse_args(argv=None):
     p.add_argument('--sample-index', nargs='+', type=number(int, 0), default=[0],
                    help='dataset items of the sample batch')
     p.add_argument('--split', default='val', choices=('train', 'val', 'test'), help='dataloader of the sample')
+    p.add_argument('--calibration-items', type=number(int, 0), default=0, metavar='N',
+                   help='compensate dropped input channels by least squares on the original\'s activations over the '
+                        'first N training items (0: plain slicing)')
     p.add_argument('--latency-repeat', type=number(int, 1), default=5, help='timed forwards per model (median)')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-memory subprocess measurements')
     return p, p.parse_args(argv)
@@ -90,7 +93,8 @@ def main(argv=None):
             raise SlimError(f'--finetune {args.finetune}: expected a number of iterations >= 0')
         ckpt = None if args.checkpoint.lower() == 'none' else args.checkpoint
         options = dict(args.cfg_options or {})
-        out = slim_config(args.config, ckpt, request, args.out, options, args.sample_index, args.split, log=print)
+        out = slim_config(args.config, ckpt, request, args.out, options, args.sample_index, args.split, log=print,
+                          calibration=args.calibration_items)
     except (SlimError, ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
     res = out.result
@@ -99,6 +103,8 @@ def main(argv=None):
         print(f'  {name}: {old} -> {new} ({kind})')
     for note in res.notes:
         print(f'  note: {note}')
+    for layer, width, kept, unexplained in res.compensation:
+        print(f'  compensated {layer}: {width} -> {kept} inputs, {unexplained:.1%} of the dropped inputs unexplained')
     if out.identical is not None:
         print(f'  identity request: outputs identical to the original (max difference {out.identical})')
     paths = dict(original=(osp.abspath(args.config), ckpt, options), slim=(out.config_path, out.checkpoint_path, None))
@@ -107,6 +113,7 @@ def main(argv=None):
     report = dict(config=args.config, checkpoint=ckpt, slim_config=out.config_path,
                   slim_checkpoint=out.checkpoint_path, request=vars(request), changes=[list(c) for c in res.changes],
                   dropped_layers=res.dropped, bridged=res.bridged, notes=res.notes, cost=costs,
+                  compensation=[list(c) for c in res.compensation],
                   layers=[list(x) for x in res.layers])
     name = osp.splitext(osp.basename(args.config))[0]
     if args.finetune:

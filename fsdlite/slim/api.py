@@ -19,7 +19,7 @@ from .configio import config_overrides, load_into, load_state_dict, save_checkpo
 from .cost import count_macs, count_params, measure_latency
 from .engine import SlimAnalysis
 from .errors import SlimError
-from .sample import build_sample
+from .sample import build_sample, calibration_batches
 
 
 @dataclass
@@ -73,8 +73,13 @@ class Prepared:
     cfg_options: dict
 
 
-def prepare(config_path, checkpoint, cfg_options=None, sample_indices=(0,), split='val', log=None):
+def prepare(config_path, checkpoint, cfg_options=None, sample_indices=(0,), split='val', log=None, calibration=0,
+            calibration_split='train'):
     """Load ``config_path`` (+ ``--cfg-options``), its checkpoint (None: fresh weights) and a sample, then trace.
+
+    With ``calibration`` > 0 the original model also runs on the first ``calibration`` items of
+    ``calibration_split`` and every later :meth:`~fsdlite.slim.engine.SlimAnalysis.slim` compensates the dropped
+    input channels of each layer by least squares (:mod:`fsdlite.slim.compensate`).
 
     Returns:
         Prepared
@@ -91,6 +96,10 @@ def prepare(config_path, checkpoint, cfg_options=None, sample_indices=(0,), spli
     model.eval()
     data = build_sample(cfg, model, sample_indices, split)
     analysis = SlimAnalysis(model, cfg.model.to_dict(), data, log)
+    if calibration:
+        batches, items = calibration_batches(cfg, model, calibration, calibration_split)
+        layers = analysis.calibrate(model, batches)
+        (log or (lambda msg: None))(f'calibrated the inputs of {layers} layers on {items} {calibration_split} items')
     return Prepared(config_path, checkpoint, cfg, model, data, analysis, dict(cfg_options or {}))
 
 
@@ -133,10 +142,11 @@ def write_slim(prepared, request, out_dir, name=None):
 
 
 def slim_config(config_path, checkpoint, request, out_dir, cfg_options=None, sample_indices=(0,), split='val',
-                log=None):
+                log=None, calibration=0):
     """:func:`prepare` + :func:`write_slim` for one request (see those for the arguments)."""
     request.validate()
-    return write_slim(prepare(config_path, checkpoint, cfg_options, sample_indices, split, log), request, out_dir)
+    return write_slim(prepare(config_path, checkpoint, cfg_options, sample_indices, split, log, calibration),
+                      request, out_dir)
 
 
 def model_cost(model, data, latency_repeat=5):

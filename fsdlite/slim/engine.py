@@ -15,6 +15,7 @@ from .errors import SlimError
 from .graph import ChannelGraph
 from .select import select_units, unit_importance
 from .trace import trace_channels
+from .compensate import compensate_state, input_moments
 from .transfer import kept_indices, slice_state_dict
 
 
@@ -69,6 +70,8 @@ class SlimResult:
     dropped: list                 #: names of the layers removed by depth reduction
     bridged: list                 #: stages whose dropped blocks were bridged channel-to-channel
     notes: list = field(default_factory=list)
+    #: [(layer, original width, kept width, unexplained fraction)] of the compensated layers (calibrated analyses)
+    compensation: list = field(default_factory=list)
     graph: object = None          #: the :class:`~fsdlite.slim.graph.ChannelGraph` the selection used
     indices: dict = None          #: dim id -> kept columns (LongTensor)
 
@@ -260,6 +263,15 @@ class SlimAnalysis:
         self.graph = ChannelGraph.from_tracer(self.tracer)
         self.log(f'probing {sum(1 for _ in iter_ints(model_cfg))} config integers ...')
         self.entries = probe_entries(model_cfg, self.graph, self.base_shapes)
+        self.moments, self.ridge = {}, 1e-2
+
+    def calibrate(self, model, batches, ridge=1e-2):
+        """Measure the input channel moments of every layer on ``batches`` (preprocessed batches of the original
+        ``model``); later :meth:`slim` calls fold the least-squares prediction of each dropped input channel into
+        the kept ones (:mod:`fsdlite.slim.compensate`, ``ridge`` relative to the kept variance). Returns the
+        number of layers observed."""
+        self.moments, self.ridge = input_moments(model, self.graph.dims, batches), ridge
+        return len(self.moments)
 
     def width_entries(self):
         """Names of the config entries found to be channel widths."""
@@ -296,7 +308,10 @@ class SlimAnalysis:
             path = parse_path(self.model_cfg, name)
             old = get_path(self.model_cfg, path)
             changes.append((name, len(old) if isinstance(old, (list, tuple)) else old, n, 'depth'))
-        sliced = slice_state_dict(self.state, graph, indices, set(names.values()))
+        state, compensation = self.state, []
+        if self.moments:
+            state, compensation = compensate_state(self.state, graph, indices, self.moments, self.ridge)
+        sliced = slice_state_dict(state, graph, indices, set(names.values()))
         sliced = {new: sliced[old] for new, old in names.items()}
         dropped = dropped_leaves(graph, regions)
         layers = [(str(d), d.size, int(indices[d.id].numel())) for d in graph.dims
@@ -307,7 +322,8 @@ class SlimAnalysis:
         if graph.unexercised:
             notes.append(f'layers whose forward the sample did not call (their channels were kept): '
                          f'{graph.unexercised}')
-        return SlimResult(cfg, sliced, changes, layers, self.entries, sorted(dropped), bridged, notes, graph, indices)
+        return SlimResult(cfg, sliced, changes, layers, self.entries, sorted(dropped), bridged, notes, compensation,
+                          graph, indices)
 
 
 def slim_model(model, model_cfg, data, request, log=None):

@@ -41,10 +41,13 @@ def _load_slim(out):
 def test_cli_writes_config_weights_and_cost_report(tools, checkpoint, tmp_path):
     out = tmp_path / 'slim'
     proc = tools.run(['tools/slim.py', CONFIG, checkpoint, '--width', '0.5', '--depth', 'backbone.blocks.3=1',
-                      '--out', out, '--no-memory', '--latency-repeat', '1', '--cfg-options', *OPTIONS])
+                      '--out', out, '--no-memory', '--latency-repeat', '1', '--calibration-items', '3',
+                      '--cfg-options', *OPTIONS])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'backbone.channels.3: 32 -> 16 (width)' in proc.stdout and 'backbone.blocks.3: 2 -> 1 (depth)' in proc.stdout
+    assert 'on 3 train items' in proc.stdout and 'compensated backbone.' in proc.stdout
     report = json.loads((out / 'kpcnn_kpconv_shapes_slim_report.json').read_text())
+    assert report['compensation'] and all(len(c) == 4 for c in report['compensation'])
     orig, slim = report['cost']['original'], report['cost']['slim']
     assert orig['params'] > 2 * slim['params'] and orig['macs'] > 2 * slim['macs'] > 0
     assert orig['macs_by_op']['fsdlite::kpconv'] > 0 and slim['latency_s'] > 0
