@@ -14,7 +14,10 @@ detector's later stages depend on what it predicts, so the fine-tuned latency is
 speed-up uses it); peak memory = RSS growth of one predict forward in a fresh process
 (``_harness.run_isolated``). The metric is the config's test evaluator on its held-out set (FSD-lite: 3D mAP
 over Car/Pedestrian/Cyclist on synthetic frames; VoxelNet: voxel material accuracy; KPCNN: shape accuracy).
-Fine-tuning CPU time is the process CPU time of the training run.
+Fine-tuning CPU time is the process CPU time of the training run. The slim weights are calibrated
+(``--calibration-items``, default 64): each layer's kept inputs take over the least-squares prediction of the dropped
+ones on the original's activations over the first training items (``fsdlite.slim.compensate``; a few CPU seconds,
+printed); ``--calibration-items 0`` slices plainly.
 
 Control: the original gets the same fine-tune as the slim variants (``--no-control`` skips it), so a slim model's
 extra training is not mistaken for a better model: speed-ups and the metric drop compare fine-tuned with
@@ -73,9 +76,9 @@ def parse_args(argv=None):
     p.add_argument('--out', default='work_dirs/bench_slim')
     p.add_argument('--quick', action='store_true', help='fresh weights, tiny eval sets, 2 fine-tune iterations')
     p.add_argument('--no-memory', action='store_true', help='skip the fresh-process peak-memory measurements')
-    p.add_argument('--calibration-items', type=int, default=0, metavar='N',
+    p.add_argument('--calibration-items', type=int, default=64, metavar='N',
                    help="least-squares compensation of dropped channels on the original's activations over the "
-                        'first N training items (0: plain slicing)')
+                        'first N training items (default 64; 0: plain slicing)')
     p.add_argument('--no-control', action='store_true',
                    help='do not fine-tune the original (by default it gets the same fine-tune as the slim variants, '
                         'and the speed-up / metric drop compare fine-tuned with fine-tuned)')
@@ -183,8 +186,8 @@ def run_family(name, spec, args, ckpt):
     print(f'\n=== {name}: {spec["config"]} (checkpoint {ckpt}) ===', flush=True)
     cpu0 = time.process_time()
     prepared = prepare(str(config), ckpt, options, log=print, calibration=args.calibration_items)
-    print(f'traced{" and calibrated" if args.calibration_items else ""} in '
-          f'{time.process_time() - cpu0:.1f} CPU s', flush=True)
+    print(f'traced{" and calibrated on up to " + str(args.calibration_items) + " training items" if args.calibration_items else ""}'
+          f' in {time.process_time() - cpu0:.1f} CPU s', flush=True)
     variants = [('original', str(config), ckpt, options, None)]
     requests = {'width': (f'width {args.width}', SlimRequest(width=args.width)),
                 'depth': ('depth', SlimRequest(depth=dict(spec['depth']))),
@@ -273,7 +276,8 @@ def main(argv=None):
               f"{FSD_AP_DROP_TARGET}: {verdict(summary['fsd_ap_ok'])}) in {fmt(slim.get('finetune_cpu_min'))} CPU "
               f"min (budget {FSD_FINETUNE_CPU_MIN}: {verdict(summary['fsd_finetune_budget_ok'])})")
     h.print_result(dict(rows=[{k: v for k, v in r.items() if k not in ('metrics', 'metrics_finetuned')}
-                              for r in all_rows], quick=args.quick, **summary))
+                              for r in all_rows], quick=args.quick, calibration_items=args.calibration_items,
+                         **summary))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / 'slim_benchmark.json', 'w') as f:
         json.dump(all_rows, f, indent=1, default=str)

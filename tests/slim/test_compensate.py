@@ -96,7 +96,7 @@ def test_input_moments_accumulate_mean_and_covariance():
     assert torch.allclose(cov, torch.cov(x.double().T, correction=0))
 
 
-@pytest.mark.parametrize('name', ['fsd', 'kpcnn'])
+@pytest.mark.parametrize('name', ['fsd', 'voxelnet', 'kpcnn', 'fsdv2'])
 def test_calibrated_slim_is_closer_to_the_original(name, families, slim_kit, tmp_path):
     """Real families, calibrated on their own sample: compensation lowers the slim model's output error
     against the original's, and an identity request stays exact."""
@@ -116,7 +116,9 @@ def test_calibrated_slim_is_closer_to_the_original(name, families, slim_kit, tmp
         full = p.model(**p.data, mode='tensor')
         outs = [m(**p.data, mode='tensor') for m in (comp.slim_model, plain.slim_model)]
     if isinstance(full, dict):
-        keys = [k for k in outs[0] if outs[0][k].shape == full[k].shape and full[k].is_floating_point()]
+        keys = [k for k, v in outs[0].items() if isinstance(v, torch.Tensor) and isinstance(full[k], torch.Tensor)
+                and v.shape == full[k].shape and v.is_floating_point()]
+        assert keys
         full, outs = [full[k] for k in keys], [[o[k] for k in keys] for o in outs]
     err_comp, err_plain = (slim_kit.max_abs_diff(full, o) for o in outs)
     assert err_comp < err_plain
