@@ -2,17 +2,16 @@
 
 Slicing a layer's weight to its kept input columns ``K`` throws away what the dropped columns ``D`` contributed.
 Trained channels are correlated, so much of that contribution can be predicted from the kept ones, measured on
-calibration data (the original model's own activations). A pointwise layer with a bias (Linear: weight
-(out, in)) uses the input's mean ``mu`` and covariance ``S``:
+calibration data (the original model's own activations): with the input's mean ``mu`` and covariance ``S``,
 
-    x_D ~ A x_K + b,   A = S_DK (S_KK + r I)^-1,   b = mu_D - A mu_K
+    x_D ~ A x_K + b,   A = S_DK (S_KK + r I)^-1,   b = mu_D - A mu_K     (ridge ``r`` relative to the kept variance)
 
-and keeps ``W_K + W_D A`` with ``W_D b`` added to its bias. Other layers (sparse / point convolutions, compensated
-offset by offset with the per-voxel channel statistics; layers without a bias) use the uncentred second moments
-for ``S`` and no ``b``, because how many neighbours feed an output varies per voxel. The ridge ``r`` is relative
-to the mean kept variance. Either way the residual's second moment is no larger (in the PSD order) than that of
-plain slicing, so a pointwise layer fed with the original's inputs never does worse on the calibration data; a
-kept column keeps its own weight plus what it predicts of the dropped ones.
+and the layer keeps ``W_K + W_D A``. A pointwise layer with a bias (Linear: weight (out, in)) also adds ``W_D b``
+to its bias. Other layers (sparse / point convolutions, compensated offset by offset with the per-voxel channel
+statistics; layers without a bias) leave the constant part to the norm layer that follows them, which removes
+per-channel offsets (how many neighbours feed a convolution output also varies per voxel). The residual's
+covariance is no larger (in the PSD order) than what plain slicing leaves, so a pointwise layer fed with the
+original's inputs never does worse on the calibration data up to that constant.
 """
 from contextlib import ExitStack
 
@@ -98,8 +97,7 @@ def compensate_state(state, graph, indices, moments, ridge=1e-2):
         ridge (float): ridge ``r`` relative to the mean variance of the kept columns (> 0).
     Returns:
         tuple: (new state, report ``[(layer, original width, kept width, unexplained fraction)]``), where the
-        unexplained fraction is the share of the dropped columns' second moment (centred for pointwise layers with a
-        bias) that the kept ones do not predict.
+        unexplained fraction is the share of the dropped columns' variance that the kept ones do not predict.
     """
     if not ridge > 0:
         raise SlimError(f'compensation ridge must be > 0, got {ridge!r}')
@@ -113,8 +111,6 @@ def compensate_state(state, graph, indices, moments, ridge=1e-2):
         bias_name = pname[:-len('weight')] + 'bias' if pname.endswith('weight') else None
         intercept = weight.dim() == 2 and axis == 1 and state.get(bias_name) is not None
         mean, cov = m.mean_cov()
-        if not intercept:
-            cov = m.outer / m.count
         kept = indices[d.id]
         dropped = torch.ones(d.size, dtype=torch.bool)
         dropped[kept] = False
