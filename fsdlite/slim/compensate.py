@@ -18,7 +18,7 @@ from contextlib import ExitStack
 import torch
 
 from .errors import SlimError
-from .specs import _features
+from .specs import spec_for
 
 
 class InputMoments:
@@ -58,10 +58,13 @@ def input_moments(model, dims, batches):
     modules = dict(model.named_modules())
     moments = {}
 
-    def observer(dim):
-        def hook(module, args):
-            feats = _features(args[0]) if args else None
-            if feats is not None and feats.dim() >= 1 and feats.shape[-1] == dim.size and feats.is_floating_point():
+    def observer(dim, spec):
+        def hook(module, args, kwargs):
+            feats = spec.input_features(args, kwargs)
+            if feats is None or not feats.is_floating_point() or feats.dim() < 1:
+                return
+            feats = feats.movedim(spec.channel_dim, -1)
+            if feats.shape[-1] == dim.size:
                 moments.setdefault(dim.leaf, InputMoments(dim.size)).add(feats)
         return hook
 
@@ -69,7 +72,10 @@ def input_moments(model, dims, batches):
     model.eval()
     with ExitStack() as stack:
         for d in {d.leaf: d for d in dims if d.role == 'in'}.values():
-            handle = modules[d.leaf].register_forward_pre_hook(observer(d))
+            spec = spec_for(modules[d.leaf])
+            if spec is None:
+                continue
+            handle = modules[d.leaf].register_forward_pre_hook(observer(d, spec), with_kwargs=True)
             stack.callback(handle.remove)
         stack.enter_context(torch.no_grad())
         stack.enter_context(dynamic_path(model))
