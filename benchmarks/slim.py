@@ -24,10 +24,11 @@ extra training is not mistaken for a better model: speed-ups and the metric drop
 fine-tuned (the original's un-tuned row is printed too).
 
 Targets checked for FSD-lite: width 0.5 >= 2x faster on CPU; after a fine-tune of <= 15 CPU minutes,
-within 5 AP points of the original. Give a converged original: the 1200-iteration demo schedule is far from it
-(3D mAP 35 vs 80 after 6000 iterations, ``tools/train.py configs/fsd/fsdlite_synthetic.py --cfg-options
+within 5 AP points of the original. Give a well-trained original: the 1200-iteration demo schedule is far from it
+(3D mAP 35 vs 76-80 after 6000 iterations, ``tools/train.py configs/fsd/fsdlite_synthetic.py --cfg-options
 train_cfg.max_iters=6000 train_cfg.val_interval=6000 param_scheduler.1.T_max=6000 param_scheduler.1.end=6000``),
-and any fine-tune looks like a gain. Ends with ``RESULT {json}``.
+and any fine-tune looks like a gain. Even 6000 iterations are not converged (the control fine-tune adds up to 8
+points), which is why the drop is taken against the fine-tuned original. Ends with ``RESULT {json}``.
 """
 import argparse
 import json
