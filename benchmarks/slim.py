@@ -187,8 +187,8 @@ def run_family(name, spec, args, ckpt):
     print(f'\n=== {name}: {spec["config"]} (checkpoint {ckpt}) ===', flush=True)
     cpu0 = time.process_time()
     prepared = prepare(str(config), ckpt, options, log=print, calibration=args.calibration_items)
-    print(f'traced{" and calibrated on up to " + str(args.calibration_items) + " training items" if args.calibration_items else ""}'
-          f' in {time.process_time() - cpu0:.1f} CPU s', flush=True)
+    calibrated = f' and calibrated on up to {args.calibration_items} training items' if args.calibration_items else ''
+    print(f'traced{calibrated} in {time.process_time() - cpu0:.1f} CPU s', flush=True)
     variants = [('original', str(config), ckpt, options, None)]
     requests = {'width': (f'width {args.width}', SlimRequest(width=args.width)),
                 'depth': ('depth', SlimRequest(depth=dict(spec['depth']))),

@@ -9,13 +9,13 @@ depth from truncated per-stage tuples (:mod:`fsdlite.slim.depth`).
 import math
 from dataclasses import dataclass, field
 
+from .compensate import compensate_state, input_moments
 from .depth import apply_depth, bridge_regions, dropped_leaves
 from .entries import build_shapes, get_path, iter_ints, parse_path, path_name, probe_entries, set_path
 from .errors import SlimError
 from .graph import ChannelGraph
 from .select import select_units, unit_importance
 from .trace import trace_channels
-from .compensate import compensate_state, input_moments
 from .transfer import kept_indices, slice_state_dict
 
 

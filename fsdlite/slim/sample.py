@@ -4,7 +4,8 @@ import copy
 from .errors import SlimError
 
 
-def _dataset_and_collate(cfg, split):
+def _dataset_and_collate(cfg, split, purpose='take a sample from; use --split train/val/test with a dataloader '
+                                             'the config defines'):
     from mmengine.dataset import pseudo_collate
     from mmengine.registry import FUNCTIONS
 
@@ -12,10 +13,10 @@ def _dataset_and_collate(cfg, split):
 
     loader = cfg.get(f'{split}_dataloader')
     if not loader or 'dataset' not in loader:
-        raise SlimError(f'the config has no {split}_dataloader.dataset to take a sample from; use --split '
-                        'train/val/test with a dataloader the config defines')
+        raise SlimError(f'the config has no {split}_dataloader.dataset to {purpose}')
     collate = loader.get('collate_fn')
-    return DATASETS.build(copy.deepcopy(loader['dataset'])), FUNCTIONS.get(collate['type']) if collate else pseudo_collate
+    collate = FUNCTIONS.get(collate['type']) if collate else pseudo_collate
+    return DATASETS.build(copy.deepcopy(loader['dataset'])), collate
 
 
 def build_sample(cfg, model, indices=(0,), split='val'):
@@ -47,7 +48,7 @@ def calibration_batches(cfg, model, count, split='train', batch_size=4):
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise SlimError(f'--calibration-items expects a positive number of dataset items, got {count!r}')
-    dataset, collate = _dataset_and_collate(cfg, split)
+    dataset, collate = _dataset_and_collate(cfg, split, 'calibrate on; use --calibration-items 0 for plain slicing')
     items = list(range(min(count, len(dataset))))
     return [model.data_preprocessor(collate([dataset[i] for i in items[j:j + batch_size]]), False)
             for j in range(0, len(items), batch_size)], len(items)
