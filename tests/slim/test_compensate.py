@@ -108,6 +108,9 @@ def test_calibrated_slim_is_closer_to_the_original(name, families, slim_kit, tmp
     assert p.analysis.moments
     comp = write_slim(p, slim_kit.Request(width=0.5), tmp_path / 'comp')
     assert comp.result.compensation and all(0 <= r[3] <= 1 + 1e-9 for r in comp.result.compensation)
+    res = comp.result
+    lossy = {d.leaf for d in res.graph.dims if d.role == 'in' and res.indices[d.id].numel() < d.size}
+    assert {r[0] for r in res.compensation} == lossy                  # every layer that loses inputs is compensated
     moments, p.analysis.moments = p.analysis.moments, {}
     plain = write_slim(p, slim_kit.Request(width=0.5), tmp_path / 'plain')
     assert not plain.result.compensation
