@@ -111,10 +111,13 @@ class ForegroundSampler:
         cand_cls = cand % c
         segment = batch.index_select(0, cand // c) * c + cand_cls
         num_over_budget = torch.zeros((), dtype=torch.int64, device=device)
-        counts = None  # candidates per (sample, class); ranking reuses them (fewer candidates than any budget: none)
-        if mode == 'threshold' and segment.numel() > min(self.max_per_class):
-            counts = segment_count(segment, batch_size * c)
-        if mode == 'threshold' and (counts is None or bool((counts.view(batch_size, c) <= budgets).all())):
+        counts, fits = None, False  # candidates per (sample, class), reused by the ranking; all within budget?
+        if mode == 'threshold':
+            fits = segment.numel() <= min(self.max_per_class)  # fewer candidates than any budget: no count needed
+            if not fits:
+                counts = segment_count(segment, batch_size * c)
+                fits = bool((counts.view(batch_size, c) <= budgets).all())
+        if fits:
             sel = cand  # every candidate fits its budget: nothing to rank
         else:
             keep = (segment_rank(segment, flat.index_select(0, cand), batch_size * c, counts)
