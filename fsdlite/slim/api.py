@@ -99,7 +99,7 @@ def prepare(config_path, checkpoint, cfg_options=None, sample_indices=(0,), spli
     if calibration:
         batches, items = calibration_batches(cfg, model, calibration, calibration_split)
         layers = analysis.calibrate(model, batches)
-        (log or (lambda msg: None))(f'calibrated the inputs of {layers} layers on {items} {calibration_split} items')
+        analysis.log(f'calibrated the inputs of {layers} layers on {items} {calibration_split} items')
     return Prepared(config_path, checkpoint, cfg, model, data, analysis, dict(cfg_options or {}))
 
 

@@ -20,6 +20,9 @@ import torch
 from .errors import SlimError
 from .specs import spec_for
 
+#: default ridge, relative to the mean variance of the kept columns
+RIDGE = 1e-2
+
 
 class InputMoments:
     """Running count, sum and sum of outer products (float64) of a layer input's channel axis (last axis)."""
@@ -92,7 +95,7 @@ def compensation_targets(graph, indices):
             if d.role == 'in' and indices[d.id].numel() < d.size and len(d.params) == 1 and d.params[0][2] is None]
 
 
-def compensate_state(state, graph, indices, moments, ridge=1e-2):
+def compensate_state(state, graph, indices, moments, ridge=RIDGE):
     """Fold the least-squares prediction of every dropped input column into the kept ones (full-size tensors).
 
     Args:
@@ -140,4 +143,4 @@ def compensate_state(state, graph, indices, moments, ridge=1e-2):
     return out, report
 
 
-__all__ = ['InputMoments', 'input_moments', 'compensation_targets', 'compensate_state']
+__all__ = ['RIDGE', 'InputMoments', 'input_moments', 'compensation_targets', 'compensate_state']

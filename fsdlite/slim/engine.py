@@ -9,7 +9,7 @@ depth from truncated per-stage tuples (:mod:`fsdlite.slim.depth`).
 import math
 from dataclasses import dataclass, field
 
-from .compensate import compensate_state, input_moments
+from .compensate import RIDGE, compensate_state, input_moments
 from .depth import apply_depth, bridge_regions, dropped_leaves
 from .entries import build_shapes, get_path, iter_ints, parse_path, path_name, probe_entries, set_path
 from .errors import SlimError
@@ -263,9 +263,9 @@ class SlimAnalysis:
         self.graph = ChannelGraph.from_tracer(self.tracer)
         self.log(f'probing {sum(1 for _ in iter_ints(model_cfg))} config integers ...')
         self.entries = probe_entries(model_cfg, self.graph, self.base_shapes)
-        self.moments, self.ridge = {}, 1e-2
+        self.moments, self.ridge = {}, RIDGE
 
-    def calibrate(self, model, batches, ridge=1e-2):
+    def calibrate(self, model, batches, ridge=RIDGE):
         """Measure the input channel moments of every layer on ``batches`` (preprocessed batches of the original
         ``model``); later :meth:`slim` calls fold the least-squares prediction of each dropped input channel into
         the kept ones (:mod:`fsdlite.slim.compensate`, ``ridge`` relative to the kept variance). Returns the
@@ -322,6 +322,13 @@ class SlimAnalysis:
         if graph.unexercised:
             notes.append(f'layers whose forward the sample did not call (their channels were kept): '
                          f'{graph.unexercised}')
+        if self.moments:
+            done = {leaf for leaf, *_ in compensation}
+            plain = sorted({d.leaf for d in graph.dims if d.role == 'in' and d.leaf not in dropped
+                            and d.leaf not in done and indices[d.id].numel() < d.size})
+            if plain:
+                notes.append(f'layers that lose inputs but were sliced without compensation (no usable calibration '
+                             f'statistics or weight layout): {plain}')
         return SlimResult(cfg, sliced, changes, layers, self.entries, sorted(dropped), bridged, notes, compensation,
                           graph, indices)
 

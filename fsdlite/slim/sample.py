@@ -41,8 +41,8 @@ def calibration_batches(cfg, model, count, split='train', batch_size=4):
     """The first ``count`` items of ``<split>_dataloader.dataset`` as preprocessed batches of ``batch_size``.
 
     Returns:
-        tuple: (list of batches as :func:`build_sample` makes them, number of items: fewer when the dataset is
-        shorter).
+        tuple: (iterator over the batches, built one at a time as :func:`build_sample` makes them; number of items:
+        fewer when the dataset is shorter).
     Raises:
         SlimError: ``count`` is not a positive integer or the split has no dataset.
     """
@@ -50,8 +50,8 @@ def calibration_batches(cfg, model, count, split='train', batch_size=4):
         raise SlimError(f'--calibration-items expects a positive number of dataset items, got {count!r}')
     dataset, collate = _dataset_and_collate(cfg, split, 'calibrate on; use --calibration-items 0 for plain slicing')
     items = list(range(min(count, len(dataset))))
-    return [model.data_preprocessor(collate([dataset[i] for i in items[j:j + batch_size]]), False)
-            for j in range(0, len(items), batch_size)], len(items)
+    return (model.data_preprocessor(collate([dataset[i] for i in items[j:j + batch_size]]), False)
+            for j in range(0, len(items), batch_size)), len(items)
 
 
 __all__ = ['build_sample', 'calibration_batches']

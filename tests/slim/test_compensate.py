@@ -23,17 +23,23 @@ def _two_layer(hidden_relation):
     return body
 
 
-def _slim_two_layer(slim_kit, body, keep_hidden, ridge):
-    """(sliced state without compensation, with compensation, the calibration inputs)."""
+def _calibrated(slim_kit, body, leaf, drop_cols):
+    """Trace ``body`` (float64), drop the hidden columns ``drop_cols`` of ``leaf``'s input and measure the moments
+    on 300 random inputs. Returns (inputs, graph, kept indices, state, moments, the hidden 'in' dim)."""
     x = torch.randn(300, 5, dtype=torch.float64)
     model = slim_kit.Wrap(body.double())
     graph = ChannelGraph.from_tracer(trace_channels(model, dict(inputs=x[:4])))
-    hidden = graph.dim_of('body.1', 'in')
-    dropped = {u for col, u in enumerate(hidden.units) if col not in keep_hidden}
-    indices = kept_indices(graph, set(graph.members) - dropped)
-    assert indices[hidden.id].tolist() == sorted(keep_hidden)
+    hidden = graph.dim_of(leaf, 'in')
+    indices = kept_indices(graph, set(graph.members) - {hidden.units[c] for c in drop_cols})
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    moments = input_moments(model, graph.dims, [dict(inputs=x)])
+    return x, graph, indices, state, input_moments(model, graph.dims, [dict(inputs=x)]), hidden
+
+
+def _slim_two_layer(slim_kit, body, keep_hidden, ridge):
+    """(sliced state without compensation, with compensation, the calibration inputs, the report)."""
+    x, graph, indices, state, moments, hidden = _calibrated(
+        slim_kit, body, 'body.1', [c for c in range(8) if c not in keep_hidden])
+    assert indices[hidden.id].tolist() == sorted(keep_hidden)
     compensated, report = compensate_state(state, graph, indices, moments, ridge)
     assert [r[0] for r in report] == ['body.1']
     return slice_state_dict(state, graph, indices), slice_state_dict(compensated, graph, indices), x, report
@@ -64,14 +70,7 @@ def test_compensation_never_increases_the_layer_error(slim_kit):
     calibration data; the ridge only shrinks the correction."""
     torch.manual_seed(1)
     body = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 3))
-    x = torch.randn(300, 5, dtype=torch.float64)
-    model = slim_kit.Wrap(body.double())
-    graph = ChannelGraph.from_tracer(trace_channels(model, dict(inputs=x[:4])))
-    hidden = graph.dim_of('body.2', 'in')
-    dropped = {hidden.units[c] for c in (1, 4, 6)}
-    indices = kept_indices(graph, set(graph.members) - dropped)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    moments = input_moments(model, graph.dims, [dict(inputs=x)])
+    x, graph, indices, state, moments, hidden = _calibrated(slim_kit, body, 'body.2', (1, 4, 6))
     with torch.no_grad():
         h = body[1](body[0](x))
         ref = body[2](h)
@@ -111,10 +110,21 @@ def test_calibrated_slim_is_closer_to_the_original(name, families, slim_kit, tmp
     res = comp.result
     lossy = {d.leaf for d in res.graph.dims if d.role == 'in' and res.indices[d.id].numel() < d.size}
     assert {r[0] for r in res.compensation} == lossy                  # every layer that loses inputs is compensated
-    moments, p.analysis.moments = p.analysis.moments, {}
-    plain = write_slim(p, slim_kit.Request(width=0.5), tmp_path / 'plain')
+    assert not any('without compensation' in n for n in res.notes)
+    moments = p.analysis.moments
+
+    def slim_observing(observed, out):
+        p.analysis.moments = {k: v for k, v in moments.items() if k in observed}
+        try:
+            return write_slim(p, slim_kit.Request(width=0.5), tmp_path / out)
+        finally:
+            p.analysis.moments = moments
+
+    plain = slim_observing((), 'plain')
     assert not plain.result.compensation
-    p.analysis.moments = moments
+    victim = sorted(lossy)[0]                                          # a lossy layer the calibration never saw
+    notes = slim_observing(set(moments) - {victim}, 'partial').result.notes
+    assert any('without compensation' in n and repr(victim) in n for n in notes)
     with torch.no_grad():
         full = p.model(**p.data, mode='tensor')
         outs = [m(**p.data, mode='tensor') for m in (comp.slim_model, plain.slim_model)]
@@ -140,7 +150,7 @@ def test_calibration_count_is_checked(families):
         with pytest.raises(SlimError, match='--calibration-items'):
             calibration_batches(cfg, model, bad, 'val')
     batches, items = calibration_batches(cfg, model, 99, 'val', batch_size=1)
-    assert items == 2 and len(batches) == 2                            # clipped to the dataset, and said so
+    assert items == 2 and len(list(batches)) == 2                      # clipped to the dataset, and said so
 
 
 def test_compensation_ridge_must_be_positive():
