@@ -110,7 +110,11 @@ def _nms(op, boxes, scores, labels, batch, iou_threshold, pre_max, post_max, axi
             order = order[rank < pre_max]
         groups = torch.zeros(n, dtype=torch.long, device=boxes.device) if labels is None else labels
         if batch is not None and labels is not None and n:
-            groups = torch.unique(torch.stack([batch, labels], 1), dim=0, return_inverse=True)[1]
+            # one id per (sample, label) pair; two 1-D uniques keep the product below n**2 (no int64 overflow),
+            # and avoid torch.unique(dim=0), whose CPU kernel runs a per-row Python-level-slow comparison sort
+            label_ids = torch.unique(labels, return_inverse=True)[1]
+            sample_ids, num_label_ids = torch.unique(batch, return_inverse=True)[1], int(label_ids.max()) + 1
+            groups = sample_ids * num_label_ids + label_ids
         elif batch is not None:
             groups = batch
         keep = torch.ops.fsdlite.nms_bev_mask(boxes[order], groups[order], iou_threshold, axis_aligned)

@@ -237,6 +237,21 @@ def test_batched_nms_matches_reference_with_pre_and_post_max():
             assert bool((counts <= post).all())
 
 
+def test_batched_nms_groups_do_not_depend_on_the_id_values():
+    """Huge sample and label ids (up to 2**62 - 1) give the same (sample, label) groups as small ones."""
+    b = clustered_boxes(300, 10, clusters=15)
+    g = torch.Generator().manual_seed(10)
+    scores, labels, batch = torch.rand(300, generator=g), torch.randint(0, 3, (300,), generator=g), \
+        torch.randint(0, 4, (300,), generator=g)
+    big_labels = torch.tensor([0, 7, 2 ** 62 - 1])[labels]
+    big_batch = torch.tensor([2 ** 62 - 1, 5, 2 ** 40, 1])[batch]
+    keep = batched_nms_bev(b, scores, labels, 0.2, batch=batch)
+    got = batched_nms_bev(b, scores, big_labels, 0.2, batch=big_batch)
+    # same boxes kept; ordered by (new) sample id, then score
+    assert sorted(got.tolist()) == sorted(keep.tolist())
+    assert torch.equal(got, nms_bev_reference(b, scores, 0.2, labels=big_labels, batch=big_batch))
+
+
 def test_pre_max_restricts_candidates_and_post_max_truncates():
     b = random_boxes(300, 9, extent=100.0, size=(0.5, 1.0))  # sparse: little suppression
     scores = torch.rand(300, generator=torch.Generator().manual_seed(9))
