@@ -111,7 +111,7 @@ def _nms(op, boxes, scores, labels, batch, iou_threshold, pre_max, post_max, axi
         groups = torch.zeros(n, dtype=torch.long, device=boxes.device) if labels is None else labels
         if batch is not None and labels is not None and n:
             # one id per (sample, label) pair; two 1-D uniques keep the product below n**2 (no int64 overflow),
-            # and avoid torch.unique(dim=0), whose CPU kernel runs a per-row Python-level-slow comparison sort
+            # and avoid torch.unique(dim=0), whose CPU kernel compares rows through dispatched select/equal calls
             label_ids = torch.unique(labels, return_inverse=True)[1]
             sample_ids, num_label_ids = torch.unique(batch, return_inverse=True)[1], int(label_ids.max()) + 1
             groups = sample_ids * num_label_ids + label_ids
