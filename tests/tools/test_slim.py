@@ -63,13 +63,15 @@ def test_cli_writes_config_weights_and_cost_report(tools, checkpoint, tmp_path):
 @pytest.mark.slow
 def test_cli_finetunes_and_measures_peak_memory(tools, checkpoint, tmp_path):
     out = tmp_path / 'slim'
-    proc = tools.run(['tools/slim.py', CONFIG, checkpoint, '--width', '0.5', '--finetune', '2', '--out', out,
-                      '--latency-repeat', '1', '--cfg-options', *OPTIONS])
+    proc = tools.run(['tools/slim.py', CONFIG, checkpoint, '--width', '0.5', '--finetune', '2', '--finetune-lr',
+                      '0.0123', '--out', out, '--latency-repeat', '1', '--cfg-options', *OPTIONS])
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / 'kpcnn_kpconv_shapes_slim_report.json').read_text())
     assert report['cost']['original']['peak_bytes'] > 0 and report['cost']['slim']['peak_bytes'] > 0
     tuned = torch.load(report['finetuned_checkpoint'], weights_only=False)
     assert tuned['meta']['iter'] == 2
+    # the fine-tune ran with the requested peak learning rate (the Runner dumps the config it trained with)
+    assert Config.fromfile(str(out / 'finetune' / 'kpcnn_kpconv_shapes_slim.py')).optim_wrapper.optimizer.lr == 0.0123
     _load_slim(out).load_state_dict(tuned['state_dict'], strict=True)
 
 
@@ -77,6 +79,7 @@ def test_cli_finetunes_and_measures_peak_memory(tools, checkpoint, tmp_path):
     (['--width', '0'], r'--width=0.0: expected a ratio of kept channels in (0, 1]'),
     (['--depth', 'backbone.blocks.3'], 'expects STAGE=VALUE'),
     (['--keep-ratio-per-stage', 'backbone=half'], "backbone: 'half' is not a valid float"),
+    (['--finetune-lr', '0'], "argument --finetune-lr: expected a number > 0, got '0'"),
 ])
 def test_cli_rejects_bad_requests(args, message, tools, checkpoint, tmp_path, capsys):
     main = tools.load('slim').main
