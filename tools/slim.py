@@ -52,8 +52,8 @@ def parse_args(argv=None):
     p.add_argument('--finetune', type=int, default=0, metavar='ITERS',
                    help="fine-tune the slimmed model for ITERS iterations of the config's (rescaled) schedule")
     p.add_argument('--finetune-lr', type=number(float, 0, low_open=True), metavar='LR',
-                   help="peak learning rate of the fine-tune (default: the config's; FSD-lite width 0.5 scored "
-                        '2.5 3D mAP more at twice it, benchmarks/slim.py)')
+                   help="peak learning rate of the fine-tune (default: the config's; benchmarks/slim.py's docstring "
+                        'compares two for FSD-lite)')
     p.add_argument('--out', type=out_dir, required=True, help='output folder')
     p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                    help='override config entries (kept in the written config)')
