@@ -26,8 +26,8 @@ fine-tuned (the original's un-tuned row is printed too).
 Fine-tune recipe: the config's schedule rescaled to the iterations, at the config's peak learning rate unless
 ``--finetune-lr FAMILY=LR`` sets one (the same for the control). FSD-lite w0.5, 5000 iterations, 3D mAP (one seed
 unless noted): from the 6000-iteration original, slim 79.28 / control 83.67 at the config's 2e-3 and 81.78 / 82.34
-at 4e-3; from the 10000-iteration original, slim 83.19 / control 85.14 at 2e-3 and 81.47, 82.62, 81.21 (seeds 0-2)
-/ 86.39 at 4e-3. A better LR for the slim model depends on how far the original is from converged.
+at 4e-3; from the 10000-iteration original, slim 83.19, 80.10, 78.70 (seeds 0-2) / control 85.14 at 2e-3 and
+81.47, 82.62, 81.21 / 86.39 at 4e-3: the seed spread is as large as the LR effect, the mean drop ~4.5 at both.
 
 Targets checked for FSD-lite: width 0.5 >= 2x faster on CPU; after a fine-tune of <= 15 CPU minutes,
 within 5 AP points of the original. Give a well-trained original: the 1200-iteration demo schedule is far from it
