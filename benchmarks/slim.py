@@ -67,16 +67,31 @@ FAMILIES = {
 FSD_SPEEDUP_TARGET, FSD_AP_DROP_TARGET, FSD_FINETUNE_CPU_MIN = 2.0, 5.0, 15.0
 
 
+def family_value(cast, low):
+    """An argparse ``type=`` for ``FAMILY=VALUE``: a known family and a finite value > ``low`` (see
+    :func:`fsdlite.engine.tool_setup.number`); returns ``(family, value)``."""
+    from fsdlite.engine.tool_setup import number
+    parse_value = number(cast, low, low_open=True)
+
+    def parse(text):
+        family, sep, value = text.partition('=')
+        if not sep or family not in FAMILIES:
+            raise argparse.ArgumentTypeError(f'expected FAMILY=VALUE with FAMILY one of {", ".join(FAMILIES)}, '
+                                             f'got {text!r}')
+        return family, parse_value(value)
+    return parse
+
+
 def parse_args(argv=None):
     """Command-line options (argparse namespace)."""
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     for name in FAMILIES:
         p.add_argument(f'--{name}-ckpt', help=f'trained checkpoint of {FAMILIES[name]["config"]}')
     p.add_argument('--families', nargs='+', choices=list(FAMILIES), default=list(FAMILIES))
-    p.add_argument('--finetune-iters', nargs='+', metavar='FAMILY=N', default=[],
+    p.add_argument('--finetune-iters', nargs='+', type=family_value(int, 0), metavar='FAMILY=N', default=[],
                    help='fine-tune iterations per family (default: ' +
                    ', '.join(f'{k}={v["finetune"]}' for k, v in FAMILIES.items()) + ')')
-    p.add_argument('--finetune-lr', nargs='+', metavar='FAMILY=LR', default=[],
+    p.add_argument('--finetune-lr', nargs='+', type=family_value(float, 0), metavar='FAMILY=LR', default=[],
                    help="peak learning rate of the fine-tunes per family (default: the config's own)")
     p.add_argument('--width', type=float, default=0.5)
     p.add_argument('--variants', nargs='+', choices=('width', 'depth', 'both'), default=['width', 'depth', 'both'],
@@ -191,11 +206,8 @@ def run_family(name, spec, args, ckpt):
     options = dict(spec['quick']) if args.quick else {}
     config = REPO / spec['config']
     out = Path(args.out) / name
-    iters = dict(x.split('=') for x in args.finetune_iters).get(name, 2 if args.quick else spec['finetune'])
-    iters = int(iters)
-    lr = dict(x.split('=') for x in args.finetune_lr).get(name)
-    lr = None if lr is None else float(lr)
-    lr_options = {} if lr is None else {'optim_wrapper.optimizer.lr': lr}
+    iters = dict(args.finetune_iters).get(name, 2 if args.quick else spec['finetune'])
+    lr = dict(args.finetune_lr).get(name)
     print(f'\n=== {name}: {spec["config"]} (checkpoint {ckpt}) ===', flush=True)
     cpu0 = time.process_time()
     prepared = prepare(str(config), ckpt, options, log=print, calibration=args.calibration_items)
@@ -225,7 +237,7 @@ def run_family(name, spec, args, ckpt):
                    metric=value, metric_name=spec['metric'], metrics=metrics, uncounted_ops=dict(uncounted))
         if written is not None or not args.no_control:
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            tuned = finetune(cfg_path, weights, iters, str(out / 'finetune' / tag), {**(opts or {}), **lr_options})
+            tuned = finetune(cfg_path, weights, iters, str(out / 'finetune' / tag), opts, lr=lr)
             row.update(finetune_iters=iters, finetune_lr=lr, finetune_cpu_min=(time.process_time() - cpu0) / 60,
                        finetune_wall_min=(time.perf_counter() - wall0) / 60)
             row['metric_finetuned'], row['metrics_finetuned'] = metric_of(

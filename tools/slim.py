@@ -121,8 +121,7 @@ def main(argv=None):
     name = osp.splitext(osp.basename(args.config))[0]
     if args.finetune:
         work = osp.join(args.out, 'finetune')
-        lr = None if args.finetune_lr is None else {'optim_wrapper.optimizer.lr': args.finetune_lr}
-        final = finetune(out.config_path, out.checkpoint_path, args.finetune, work, lr)
+        final = finetune(out.config_path, out.checkpoint_path, args.finetune, work, lr=args.finetune_lr)
         tuned = osp.join(args.out, f'{name}_slim_finetuned.pth')
         os.replace(final, tuned)
         report['finetuned_checkpoint'] = tuned

@@ -1,5 +1,6 @@
 """Fine-tuning and evaluation of a (slimmed) model with the config's own training schedule (mmengine Runner)."""
 import copy
+import math
 import os.path as osp
 
 from mmengine.config import Config
@@ -23,19 +24,25 @@ def rescale_schedule(cfg, iters):
     return cfg
 
 
-def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None):
+def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None):
     """Train ``config_path`` from ``checkpoint`` for ``iters`` iterations of its (rescaled) schedule.
 
-    Validation during training is switched off (evaluate afterwards with :func:`evaluate`); hooks keep
-    their settings. Returns the path of the final checkpoint.
+    ``lr`` (a finite float > 0), when given, replaces the optimizer's peak learning rate (the schedule scales it
+    as it scales the config's). Validation during training is switched off (evaluate afterwards with
+    :func:`evaluate`); hooks keep their settings. Returns the path of the final checkpoint.
     """
     from fsdlite.engine.tool_setup import build_runner, prepare_runner_cfg
 
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f'--finetune expects a positive number of iterations, got {iters!r}')
+    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr)
+                           or lr <= 0):
+        raise ValueError(f'--finetune-lr expects a finite learning rate > 0, got {lr!r}')
     cfg = Config.fromfile(config_path)
     if cfg_options:
         cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    if lr is not None:
+        cfg.optim_wrapper.optimizer.lr = float(lr)
     prepare_runner_cfg(cfg, config_path, work_dir)
     rescale_schedule(cfg, iters)
     cfg.train_cfg.val_interval = iters

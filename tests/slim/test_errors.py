@@ -69,3 +69,16 @@ def test_missing_checkpoint(families):
     path, opts = families['kpcnn']
     with pytest.raises(FileNotFoundError, match="checkpoint '/nonexistent.pth' does not exist"):
         prepare(path, '/nonexistent.pth', opts)
+
+
+@pytest.mark.parametrize('iters, lr, message', [
+    (0, None, '--finetune expects a positive number of iterations, got 0'),
+    (True, None, '--finetune expects a positive number of iterations, got True'),
+    (2, 0.0, '--finetune-lr expects a finite learning rate > 0, got 0.0'),
+    (2, math.inf, '--finetune-lr expects a finite learning rate > 0, got inf'),
+    (2, '1e-3', "--finetune-lr expects a finite learning rate > 0, got '1e-3'"),
+])
+def test_finetune_rejects_bad_iterations_and_learning_rates(iters, lr, message, tmp_path):
+    from fsdlite.slim.finetune import finetune
+    with pytest.raises(ValueError, match=message):
+        finetune('configs/kpconv/kpcnn_kpconv_shapes.py', None, iters, str(tmp_path), lr=lr)
