@@ -2,13 +2,14 @@
 """Slim a trained model: fewer channels per stage and/or fewer blocks, weights taken from the checkpoint.
 
     python tools/slim.py CONFIG CHECKPOINT --width 0.5 [--depth STAGE=N ...] [--keep-ratio-per-stage PATH=R ...]
-                         [--finetune ITERS [--finetune-lr LR]] --out DIR
+                         [--finetune ITERS [--finetune-lr LR] [--finetune-distill MODULE]] --out DIR
 
 Writes ``DIR/<name>_slim.py`` (inherits CONFIG through ``_base_``, overriding only per-stage channel/depth
 entries), ``DIR/<name>_slim.pth`` (``strict=True`` loadable), with ``--finetune`` also
 ``DIR/<name>_slim_finetuned.pth``, and the cost report ``DIR/<name>_slim_report.{txt,json}`` (parameters,
 multiply-accumulates from the real sparse-conv rulebooks, CPU latency and peak memory of both models on the
-sample). Stage names are dotted model-config paths, e.g. ``backbone.encoder_channels.2=1`` or
+sample). With ``--finetune-distill MODULE`` the original model (CONFIG, CHECKPOINT) teaches the slim model the
+outputs of that submodule during the fine-tune (``seg_head`` for FSD-lite; :mod:`fsdlite.slim.distill`). Stage names are dotted model-config paths, e.g. ``backbone.encoder_channels.2=1`` or
 ``backbone.blocks.3=1``; ``--keep-ratio-per-stage backbone.channels.3=0.25`` overrides ``--width`` there.
 """
 import argparse
@@ -54,6 +55,11 @@ def parse_args(argv=None):
     p.add_argument('--finetune-lr', type=number(float, 0, low_open=True), metavar='LR',
                    help="peak learning rate of the fine-tune (default: the config's; benchmarks/slim.py's docstring "
                         'compares two for FSD-lite)')
+    p.add_argument('--finetune-distill', metavar='MODULE',
+                   help='during the fine-tune the original teaches the outputs of this submodule, e.g. seg_head for '
+                        'FSD-lite (it must define distill_loss)')
+    p.add_argument('--distill-weight', type=number(float, 0, low_open=True), default=1.0, metavar='W',
+                   help='factor on the distillation losses (default 1)')
     p.add_argument('--out', type=out_dir, required=True, help='output folder')
     p.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction, metavar='KEY=VALUE',
                    help='override config entries (kept in the written config)')
@@ -86,6 +92,7 @@ def main(argv=None):
     """Run the tool; bad requests exit with status 2 and a one-line message."""
     parser, args = parse_args(argv)
     from fsdlite.slim.api import cost_report, format_report, slim_config
+    from fsdlite.slim.distill import distill_module
     from fsdlite.slim.engine import SlimRequest
     from fsdlite.slim.finetune import finetune
     try:
@@ -95,9 +102,17 @@ def main(argv=None):
         if args.finetune < 0:
             raise SlimError(f'--finetune {args.finetune}: expected a number of iterations >= 0')
         ckpt = None if args.checkpoint.lower() == 'none' else args.checkpoint
+        if args.finetune_distill and (not args.finetune or ckpt is None):
+            raise SlimError(f'--finetune-distill {args.finetune_distill}: needs --finetune ITERS and a trained '
+                            f'checkpoint (got --finetune {args.finetune}, checkpoint {args.checkpoint!r})')
         options = dict(args.cfg_options or {})
         out = slim_config(args.config, ckpt, request, args.out, options, args.sample_index, args.split, log=print,
                           calibration=args.calibration_items)
+        distill = None
+        if args.finetune_distill:
+            distill_module(out.slim_model, args.finetune_distill)
+            distill = dict(teacher_config=osp.abspath(args.config), teacher_checkpoint=ckpt,
+                           module=args.finetune_distill, weight=args.distill_weight, teacher_options=options or None)
     except (SlimError, ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
     res = out.result
@@ -121,7 +136,8 @@ def main(argv=None):
     name = osp.splitext(osp.basename(args.config))[0]
     if args.finetune:
         work = osp.join(args.out, 'finetune')
-        final = finetune(out.config_path, out.checkpoint_path, args.finetune, work, lr=args.finetune_lr)
+        final = finetune(out.config_path, out.checkpoint_path, args.finetune, work, lr=args.finetune_lr,
+                         distill=distill)
         tuned = osp.join(args.out, f'{name}_slim_finetuned.pth')
         os.replace(final, tuned)
         report['finetuned_checkpoint'] = tuned

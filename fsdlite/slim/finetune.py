@@ -24,12 +24,15 @@ def rescale_schedule(cfg, iters):
     return cfg
 
 
-def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None):
+def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None, distill=None):
     """Train ``config_path`` from ``checkpoint`` for ``iters`` iterations of its (rescaled) schedule.
 
     ``lr`` (a finite float > 0), when given, replaces the optimizer's peak learning rate (the schedule scales it
-    as it scales the config's). Validation during training is switched off (evaluate afterwards with
-    :func:`evaluate`); hooks keep their settings. Returns the path of the final checkpoint.
+    as it scales the config's). ``distill``, when given, is ``dict(teacher_config=..., teacher_checkpoint=...,
+    module=..., weight=1.0)``: the original model teaches that submodule's outputs during the fine-tune
+    (:class:`fsdlite.slim.distill.SlimDistillHook`; its CPU time is part of the fine-tune's). Validation during
+    training is switched off (evaluate afterwards with :func:`evaluate`); hooks keep their settings. Returns the
+    path of the final checkpoint.
     """
     from fsdlite.engine.tool_setup import build_runner, prepare_runner_cfg
 
@@ -38,9 +41,18 @@ def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None
     if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr)
                            or lr <= 0):
         raise ValueError(f'--finetune-lr expects a finite learning rate > 0, got {lr!r}')
+    hook = None
+    if distill is not None:
+        from .distill import distill_hook_cfg
+        if not isinstance(distill, dict) or not {'teacher_config', 'teacher_checkpoint', 'module'} <= set(distill):
+            raise ValueError('distill expects dict(teacher_config=..., teacher_checkpoint=..., module=...[, weight]), '
+                             f'got {distill!r}')
+        hook = distill_hook_cfg(**distill)
     cfg = Config.fromfile(config_path)
     if cfg_options:
         cfg.merge_from_dict(copy.deepcopy(cfg_options))
+    if hook is not None:
+        cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [hook]
     if lr is not None:
         cfg.optim_wrapper.optimizer.lr = float(lr)
     prepare_runner_cfg(cfg, config_path, work_dir)

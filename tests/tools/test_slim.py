@@ -96,3 +96,51 @@ def test_cli_rejects_a_checkpoint_of_another_config(tools, checkpoint, tmp_path,
               *[o for o in OPTIONS if 'channels' not in o]])
     assert exc.value.code == 2
     assert 'does not belong to config' in capsys.readouterr().err
+
+
+FSD_CONFIG = 'configs/fsd/fsdlite_synthetic.py'
+FSD_OPTIONS = ['model.backbone.base_channels=8', 'model.backbone.encoder_channels=[[8],[16,16],[16]]',
+               'model.backbone.decoder_channels=[[16,16,16],[16,16,8],[8,8,8]]', 'model.voxel_encoder.feat_channels=[8,8]',
+               'model.seg_head.hidden_channels=[16]', 'model.sir.block_channels=[[16,16],[16,16],[16,16]]',
+               'model.sir.rel_channels=[8]', 'model.bbox_head.shared_channels=[32]',
+               'val_dataloader.dataset.num_frames=2', 'train_dataloader.dataset.num_frames=2',
+               'train_dataloader.batch_size=1', 'val_dataloader.dataset.lidar.num_beams=16',
+               'train_dataloader.dataset.lidar.num_beams=16']
+
+
+@pytest.mark.slow
+def test_cli_finetunes_with_distillation_from_the_original(tools, tmp_path):
+    from fsdlite.engine.tool_setup import load_config
+    from fsdlite.registry import MODELS
+    options = dict(o.split('=', 1) for o in FSD_OPTIONS)
+    torch.manual_seed(0)
+    model = MODELS.build(load_config(str(tools.repo / FSD_CONFIG), {k: eval(v) for k, v in options.items()}).model)
+    original = tmp_path / 'original.pth'
+    torch.save({'state_dict': model.state_dict()}, original)
+    out = tmp_path / 'slim'
+    proc = tools.run(['tools/slim.py', FSD_CONFIG, original, '--width', '0.5', '--finetune', '3',
+                      '--finetune-distill', 'seg_head', '--distill-weight', '0.5', '--out', out, '--no-memory',
+                      '--latency-repeat', '1', '--cfg-options', *FSD_OPTIONS])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'SlimDistillHook (seg_head): distilled 3 training batches; skipped 0' in proc.stdout + proc.stderr
+    log = next((out / 'finetune').glob('*/*.log')).read_text()
+    assert 'loss_distill_seg' in log and 'loss_distill_vote' in log
+    tuned = torch.load(out / 'fsdlite_synthetic_slim_finetuned.pth', weights_only=False)['state_dict']
+    assert not any(k.startswith('teacher') for k in tuned)   # the checkpoint holds the student only
+    slim = MODELS.build(Config.fromfile(str(out / 'fsdlite_synthetic_slim.py')).model)
+    slim.load_state_dict(tuned, strict=True)
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--finetune-distill', 'head'], '--finetune-distill head: needs --finetune ITERS and a trained checkpoint'),
+    (['--finetune', '2', '--finetune-distill', 'head'], "Sequential (module='head') defines no distill_loss"),
+    (['--finetune', '2', '--finetune-distill', 'seg_head'], "has no submodule module='seg_head'"),
+    (['--finetune', '2', '--finetune-distill', 'head', '--distill-weight', '-1'],
+     "argument --distill-weight: expected a number > 0, got '-1'"),
+])
+def test_cli_rejects_bad_distillation_requests(args, message, tools, checkpoint, tmp_path, capsys):
+    main = tools.load('slim').main
+    with pytest.raises(SystemExit) as exc:
+        main([CONFIG, str(checkpoint), '--out', str(tmp_path), '--no-memory', *args, '--cfg-options', *OPTIONS])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -64,3 +64,12 @@ class VoteSegHead(PointSegHead):
         avg = (fg.sum() * 3).clamp(min=1).to(pred.dtype)
         losses['loss_vote'] = self.loss_vote(pred, targets['vote_targets'].to(pred.dtype), weight, avg_factor=avg)
         return losses
+
+    def distill_loss(self, outputs, teacher_outputs):
+        """The parent's ``seg`` term plus ``vote``: the L1 distance of every class's ``vote_codes`` (P, C, 3) to the
+        teacher's, weighted by the teacher's score of that class (so background points hardly count)."""
+        losses = super().distill_loss(outputs, teacher_outputs)
+        weight = teacher_outputs['seg_logits'].detach().sigmoid().to(outputs['vote_codes'].dtype)  # (P, C)
+        error = (outputs['vote_codes'] - teacher_outputs['vote_codes'].detach()).abs().mean(2)
+        losses['vote'] = (error * weight).sum() / weight.sum().clamp(min=1)
+        return losses

@@ -1,5 +1,6 @@
 """Class-wise sigmoid point segmentation head (FSD's segmentation branch)."""
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fsdlite.registry import MODELS
@@ -72,6 +73,17 @@ class PointSegHead(nn.Module):
         logits, labels = logits[valid], labels[valid]
         num_fg = (labels < self.num_classes).sum().clamp(min=1).to(logits.dtype)
         return dict(loss_seg=self.loss_seg(logits, labels, avg_factor=num_fg))
+
+    def distill_loss(self, outputs, teacher_outputs):
+        """Matching a teacher's scores (slim fine-tuning, :mod:`fsdlite.slim.distill`): ``dict(seg=scalar)``, the
+        sigmoid cross-entropy of ``seg_logits`` (P, C) against the teacher's sigmoid scores (P, C), summed and
+        divided by the teacher's foreground mass (the sum of its scores, at least 1) like the focal loss."""
+        logits, target = outputs['seg_logits'], teacher_outputs['seg_logits'].detach().sigmoid()
+        if logits.shape != target.shape:
+            raise ValueError(f'{type(self).__name__}.distill_loss: seg_logits {tuple(logits.shape)} and the '
+                             f"teacher's {tuple(target.shape)} differ")
+        bce = F.binary_cross_entropy_with_logits(logits, target.to(logits.dtype), reduction='sum')
+        return dict(seg=bce / target.sum().clamp(min=1).to(logits.dtype))
 
     def predict(self, outputs):
         """``dict(scores=(P, C) sigmoid scores, labels=(P,) int64 in [0, C])`` (C = background)."""
