@@ -9,8 +9,10 @@ entries), ``DIR/<name>_slim.pth`` (``strict=True`` loadable), with ``--finetune`
 ``DIR/<name>_slim_finetuned.pth``, and the cost report ``DIR/<name>_slim_report.{txt,json}`` (parameters,
 multiply-accumulates from the real sparse-conv rulebooks, CPU latency and peak memory of both models on the
 sample). With ``--finetune-distill MODULE`` the original model (CONFIG, CHECKPOINT) teaches the slim model the
-outputs of that submodule during the fine-tune (``seg_head`` for FSD-lite; :mod:`fsdlite.slim.distill`). Stage names are dotted model-config paths, e.g. ``backbone.encoder_channels.2=1`` or
-``backbone.blocks.3=1``; ``--keep-ratio-per-stage backbone.channels.3=0.25`` overrides ``--width`` there.
+outputs of that submodule during the fine-tune (``seg_head`` for FSD-lite; :mod:`fsdlite.slim.distill`; no gain
+measured on the exactly labelled synthetic frames, see benchmarks/slim.py). Stage names are dotted model-config
+paths, e.g. ``backbone.encoder_channels.2=1`` or ``backbone.blocks.3=1``; ``--keep-ratio-per-stage
+backbone.channels.3=0.25`` overrides ``--width`` there.
 """
 import argparse
 import json

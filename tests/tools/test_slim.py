@@ -100,7 +100,8 @@ def test_cli_rejects_a_checkpoint_of_another_config(tools, checkpoint, tmp_path,
 
 FSD_CONFIG = 'configs/fsd/fsdlite_synthetic.py'
 FSD_OPTIONS = ['model.backbone.base_channels=8', 'model.backbone.encoder_channels=[[8],[16,16],[16]]',
-               'model.backbone.decoder_channels=[[16,16,16],[16,16,8],[8,8,8]]', 'model.voxel_encoder.feat_channels=[8,8]',
+               'model.backbone.decoder_channels=[[16,16,16],[16,16,8],[8,8,8]]',
+               'model.voxel_encoder.feat_channels=[8,8]',
                'model.seg_head.hidden_channels=[16]', 'model.sir.block_channels=[[16,16],[16,16],[16,16]]',
                'model.sir.rel_channels=[8]', 'model.bbox_head.shared_channels=[32]',
                'val_dataloader.dataset.num_frames=2', 'train_dataloader.dataset.num_frames=2',
