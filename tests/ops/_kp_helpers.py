@@ -39,7 +39,7 @@ def require_grad(args, keys):
 def outputs_and_grads(fn, args, keys, **params):
     """Output of ``fn(**args, **params)`` and the gradients of sum(y * probe) w.r.t. the present ``keys``."""
     y = fn(**args, **params)
-    probe = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+    probe = torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y)
     inputs = [args[k] for k in keys if args[k] is not None]
     grads = torch.autograd.grad((y * probe).sum(), inputs, allow_unused=True, materialize_grads=True) \
         if inputs and y.requires_grad else [torch.zeros_like(t) for t in inputs]
