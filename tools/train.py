@@ -15,6 +15,7 @@ REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
     sys.path.insert(0, REPO_ROOT)
 
+from fsdlite.engine.distributed import shutdown_distributed  # noqa: E402
 from fsdlite.engine.errors import ToolError  # noqa: E402
 from fsdlite.engine.tool_setup import (CheckpointMismatchError, add_runner_args, build_runner,  # noqa: E402
                                        check_schedule, enable_amp, load_config, load_weights, parse_runner_args,
@@ -65,6 +66,8 @@ def main(argv=None):
         runner.train()
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
+    finally:
+        shutdown_distributed()
 
 
 if __name__ == '__main__':

@@ -66,4 +66,12 @@ def setup_cpu_distributed(cfg, launcher):
     return True
 
 
-__all__ = ['LAUNCHERS', 'setup_cpu_distributed']
+def shutdown_distributed():
+    """Destroy the default process group, if one is initialised, before the process exits (its gloo threads are
+    joined; left to interpreter teardown, a rank sometimes aborts with 'terminate called without an active
+    exception' after a finished run)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+__all__ = ['LAUNCHERS', 'setup_cpu_distributed', 'shutdown_distributed']
