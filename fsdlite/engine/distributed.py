@@ -67,10 +67,13 @@ def setup_cpu_distributed(cfg, launcher):
 
 
 def shutdown_distributed():
-    """Destroy the default process group, if one is initialised, before the process exits (its gloo threads are
-    joined; left to interpreter teardown, a rank sometimes aborts with 'terminate called without an active
-    exception' after a finished run)."""
+    """Wait for every rank, then destroy the default process group (if one is initialised) before the process exits.
+
+    Without the barrier a rank that finishes first closes its gloo connections while another still talks to it,
+    and that rank aborts with 'terminate called without an active exception' after a finished run.
+    """
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
