@@ -10,15 +10,13 @@ without gradients, only up to that submodule (its forward is cut there), and add
 Everything goes through PyTorch forward hooks (no method is replaced); the saved checkpoints hold the student
 only. Batches the teacher or the student produced no output for (no voxel) are counted and reported.
 """
-import math
-
 import torch
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 
 from ..registry import HOOKS, MODELS
-from .errors import SlimError
+from .errors import SlimError, is_finite_positive
 
 
 class _TeacherOutput(Exception):
@@ -49,13 +47,12 @@ def distill_module(model, name):
 
 
 def build_teacher(config, checkpoint, options=None, device=None):
-    """The model of ``config`` (with ``--cfg-options``-style ``options``) with the ``checkpoint`` weights (strict),
-    in eval mode, without gradients."""
-    from mmengine.runner import load_checkpoint
-
+    """The model of ``config`` (with ``--cfg-options``-style ``options``) with the ``checkpoint`` weights (strict;
+    a checkpoint of another config names what differs), in eval mode, without gradients."""
+    from fsdlite.engine.checkpoint import load_weights
     from fsdlite.engine.tool_setup import load_config
     teacher = MODELS.build(load_config(config, options, allow_new_keys=True).model)
-    load_checkpoint(teacher, checkpoint, map_location='cpu', strict=True, logger='silent')
+    load_weights(teacher, checkpoint, config, 'teacher checkpoint')
     teacher.requires_grad_(False)
     return teacher.to(device).eval() if device is not None else teacher.eval()
 
@@ -76,8 +73,7 @@ class SlimDistillHook(Hook):
     priority = 'NORMAL'
 
     def __init__(self, teacher_config, teacher_checkpoint, module, weight=1.0, teacher_options=None):
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                or weight <= 0:
+        if not is_finite_positive(weight):
             raise ValueError(f'SlimDistillHook: weight must be a finite number > 0, got {weight!r}')
         if not isinstance(module, str) or not module:
             raise ValueError(f'SlimDistillHook: module must be a submodule name such as "seg_head", got {module!r}')

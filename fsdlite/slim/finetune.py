@@ -1,9 +1,10 @@
 """Fine-tuning and evaluation of a (slimmed) model with the config's own training schedule (mmengine Runner)."""
 import copy
-import math
 import os.path as osp
 
 from mmengine.config import Config
+
+from .errors import is_finite_positive
 
 
 def rescale_schedule(cfg, iters):
@@ -38,8 +39,7 @@ def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None
 
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f'--finetune expects a positive number of iterations, got {iters!r}')
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr)
-                           or lr <= 0):
+    if lr is not None and not is_finite_positive(lr):
         raise ValueError(f'--finetune-lr expects a finite learning rate > 0, got {lr!r}')
     hook = None
     if distill is not None:

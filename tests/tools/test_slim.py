@@ -16,6 +16,12 @@ OPTIONS = ['val_dataloader.dataset.num_samples=2', 'val_dataloader.batch_size=2'
 @pytest.fixture
 def checkpoint(tools, tmp_path):
     """A checkpoint of the tiny config (freshly initialised weights stand in for a trained model)."""
+    return _fresh_checkpoint(tools, CONFIG, OPTIONS, tmp_path / 'trained.pth')
+
+
+def _fresh_checkpoint(tools, config, options, path):
+    """Save freshly initialised weights of ``config`` with the ``--cfg-options`` strings ``options`` (parsed as the
+    CLI parses them) to ``path``."""
     import argparse
 
     from mmengine.config import DictAction
@@ -23,11 +29,10 @@ def checkpoint(tools, tmp_path):
     from fsdlite.engine.tool_setup import load_config
     from fsdlite.registry import MODELS
     parser = argparse.ArgumentParser()
-    parser.add_argument('--options', nargs='+', action=DictAction)   # parsed as the CLI parses them
-    options = parser.parse_args(['--options', *OPTIONS]).options
+    parser.add_argument('--options', nargs='+', action=DictAction)
+    parsed = parser.parse_args(['--options', *options]).options
     torch.manual_seed(0)
-    model = MODELS.build(load_config(str(tools.repo / CONFIG), options).model)
-    path = tmp_path / 'trained.pth'
+    model = MODELS.build(load_config(str(tools.repo / config), parsed).model)
     torch.save({'state_dict': model.state_dict()}, path)
     return path
 
@@ -111,13 +116,8 @@ FSD_OPTIONS = ['model.backbone.base_channels=8', 'model.backbone.encoder_channel
 
 @pytest.mark.slow
 def test_cli_finetunes_with_distillation_from_the_original(tools, tmp_path):
-    from fsdlite.engine.tool_setup import load_config
     from fsdlite.registry import MODELS
-    options = dict(o.split('=', 1) for o in FSD_OPTIONS)
-    torch.manual_seed(0)
-    model = MODELS.build(load_config(str(tools.repo / FSD_CONFIG), {k: eval(v) for k, v in options.items()}).model)
-    original = tmp_path / 'original.pth'
-    torch.save({'state_dict': model.state_dict()}, original)
+    original = _fresh_checkpoint(tools, FSD_CONFIG, FSD_OPTIONS, tmp_path / 'original.pth')
     out = tmp_path / 'slim'
     proc = tools.run(['tools/slim.py', FSD_CONFIG, original, '--width', '0.5', '--finetune', '3',
                       '--finetune-distill', 'seg_head', '--distill-weight', '0.5', '--out', out, '--no-memory',
