@@ -9,10 +9,30 @@ from mmengine.logging import print_log
 
 from ..registry import DATASETS
 from ..structures.boxes import camera_to_lidar_boxes
+from ..structures.camera import KITTI_IMAGE_SIZE, camera_fov_mask, lidar2img_from_calib
 from .kitti_format import lidar2cam_from_calib, read_calib, read_info_pkl, read_label
 from fsdlite.utils.drop_report import report_dropped
 from .lidar_det_dataset import LidarDetDataset
 from .transforms.loading import drop_non_finite, load_points
+
+
+def kitti_annotations(objects, lidar2cam):
+    """Every object of a label file as the KITTI scoring reads it (:mod:`fsdlite.evaluation.functional.kitti_eval`).
+
+    Args:
+        objects (list[dict]): :func:`~fsdlite.datasets.kitti_format.read_label` entries.
+        lidar2cam (array): (4, 4) lidar -> rectified camera.
+    Returns:
+        dict: ``name`` (K,) object array of KITTI types (DontCare included), ``box_lidar`` (K, 7) bottom-centre
+        lidar boxes (DontCare rows are meaningless), ``bbox`` (K, 4) image boxes, ``truncated`` (K,), ``occluded``
+        (K,) int.
+    """
+    cam = torch.tensor(np.array([o['box_camera'] for o in objects], dtype=np.float64).reshape(-1, 7))
+    return dict(name=np.array([o['name'] for o in objects], dtype=object).reshape(-1),
+                box_lidar=camera_to_lidar_boxes(cam, lidar2cam).numpy(),
+                bbox=np.array([o.get('bbox', (0.0,) * 4) for o in objects], dtype=np.float64).reshape(-1, 4),
+                truncated=np.array([o.get('truncated', 0.0) for o in objects], dtype=np.float64).reshape(-1),
+                occluded=np.array([o.get('occluded', 0) for o in objects], dtype=np.int64).reshape(-1))
 
 
 @DATASETS.register_module()
@@ -29,7 +49,12 @@ class KittiDataset(LidarDetDataset):
 
     Camera boxes become bottom-centre lidar boxes (``inv(R0_rect @ Tr_velo_to_cam)``; (l, h, w) -> (l, w, h);
     yaw = -ry - pi/2).  Objects whose type is not in ``metainfo['classes']`` (DontCare, Van, Misc, ...)
-    are dropped and counted (per sample in ``num_objects_filtered``, per type in :attr:`dropped_objects`).
+    are not targets and are counted (per sample in ``num_objects_filtered``, per type in :attr:`dropped_objects`);
+    every object, DontCare regions included, stays in the metainfo ``kitti_annos`` with ``lidar2img`` (the left
+    colour camera's ``P2 @ R0_rect @ Tr_velo_to_cam``) for KITTI's own scoring.
+    With ``camera_fov=True`` only the points that project into the left colour camera's image are kept, as
+    mmdet3d's ``velodyne_reduced`` (KITTI labels only objects in that view); the others are counted in
+    ``num_points_out_of_view`` and reported.
     Non-finite points are dropped, counted in ``num_points_invalid`` and reported (a warning the first time,
     totals in :attr:`dropped_totals`).  ``pts_semantic_mask`` /
     ``pts_instance_mask`` come from ``points_in_boxes`` (lowest box index wins on overlap).
@@ -39,15 +64,24 @@ class KittiDataset(LidarDetDataset):
         ann_file (str): info ``.pkl``, split ``.txt`` or '' (list the point folder); relative to ``data_root``.
         data_prefix (dict): ``pts``, ``label``, ``calib`` sub-folders (relative to ``data_root``).
         load_dim (int): float32 values per point in the files; ``use_dim`` (int | list): columns kept.
+        camera_fov (bool): keep only the points in the camera's field of view (for raw velodyne folders).
+        image_size (tuple): (width, height) of the camera image when the info does not say (KITTI: 1242 x 375).
         pipeline, metainfo, test_mode, lazy_init, indices: as :class:`mmengine.dataset.BaseDataset`.
             Without labels (test_mode only) samples have no boxes.
     """
 
-    def __init__(self, data_root='', ann_file='', data_prefix=None, load_dim=4, use_dim=4, pipeline=(),
-                 metainfo=None, test_mode=False, lazy_init=False, indices=None, max_refetch=1000):
+    def __init__(self, data_root='', ann_file='', data_prefix=None, load_dim=4, use_dim=4, camera_fov=False,
+                 image_size=KITTI_IMAGE_SIZE, pipeline=(), metainfo=None, test_mode=False, lazy_init=False,
+                 indices=None, max_refetch=1000):
         prefix = dict(pts='training/velodyne', label='training/label_2', calib='training/calib')
         prefix.update(data_prefix or {})
         self.load_dim, self.use_dim = int(load_dim), use_dim
+        if not isinstance(camera_fov, bool):
+            raise TypeError(f'KittiDataset: camera_fov must be True or False, got {camera_fov!r}')
+        size = tuple(image_size) if isinstance(image_size, (list, tuple)) else ()
+        if len(size) != 2 or not all(isinstance(v, (int, float)) and v > 0 for v in size):
+            raise ValueError(f'KittiDataset: image_size must be (width, height) in pixels, got {image_size!r}')
+        self.camera_fov, self.image_size = camera_fov, size
         self.dropped_objects = Counter()
         super().__init__(data_root=data_root, ann_file=ann_file, data_prefix=prefix, pipeline=pipeline,
                          metainfo=metainfo, test_mode=test_mode, lazy_init=lazy_init, indices=indices,
@@ -55,8 +89,9 @@ class KittiDataset(LidarDetDataset):
 
     # ---------------------------------------------------------------------------------- data list
     def load_data_list(self):
-        """One dict per frame: ``lidar_path``, ``lidar2cam`` and the kept objects as ``gt_bboxes_3d`` (M, 7),
-        ``gt_labels_3d`` (M,) and ``num_objects_filtered``; logs the dropped object types once."""
+        """One dict per frame: ``lidar_path``, ``lidar2cam``, ``lidar2img`` (when the calib has P2), ``image_size``,
+        ``kitti_annos``, and the target objects as ``gt_bboxes_3d`` (M, 7), ``gt_labels_3d`` (M,) and
+        ``num_objects_filtered``; logs the non-target object types once."""
         if str(self.ann_file).endswith('.pkl'):
             frames = read_info_pkl(self.ann_file)
             for f in frames:
@@ -64,7 +99,12 @@ class KittiDataset(LidarDetDataset):
         else:
             frames = [self._layout_frame(i) for i in self._frame_ids()]
         for f in frames:
+            f.setdefault('image_size', self.image_size)
+            f['kitti_annos'] = kitti_annotations(f['objects'], f['lidar2cam'])
             f['gt_bboxes_3d'], f['gt_labels_3d'], f['num_objects_filtered'] = self._annotations(f)
+            if self.camera_fov and 'lidar2img' not in f:
+                raise ValueError(f"KittiDataset: camera_fov=True needs the camera's P2 (calib) for frame "
+                                 f"{f['frame_id']}; the info/calib has none")
         if self.dropped_objects:
             print_log(f'KittiDataset: dropped objects not in classes {self.classes}: {dict(self.dropped_objects)}',
                       logger='current')
@@ -92,8 +132,12 @@ class KittiDataset(LidarDetDataset):
         else:
             raise FileNotFoundError(f'KittiDataset: label file {label_path!r} does not exist (set test_mode=True '
                                     'to read unlabelled frames)')
-        return dict(frame_id=frame_id, lidar_path=osp.join(self.data_prefix['pts'], f'{frame_id}.bin'),
-                    lidar2cam=lidar2cam_from_calib(read_calib(calib_path)), objects=objects)
+        calib = read_calib(calib_path)
+        frame = dict(frame_id=frame_id, lidar_path=osp.join(self.data_prefix['pts'], f'{frame_id}.bin'),
+                     lidar2cam=lidar2cam_from_calib(calib), objects=objects)
+        if 'P2' in calib:
+            frame['lidar2img'] = lidar2img_from_calib(calib)
+        return frame
 
     def _annotations(self, frame):
         objects = frame.pop('objects')
@@ -110,12 +154,21 @@ class KittiDataset(LidarDetDataset):
 
         Returns:
             dict: ``points`` (N, C) float32, ``pts_semantic_mask`` (N,) int64 (``len(classes)`` = background),
-            ``pts_instance_mask`` (N,) int64 (-1 = no box), ``num_points_in_gt`` (M,) and ``num_points_invalid`` (int).
+            ``pts_instance_mask`` (N,) int64 (-1 = no box), ``num_points_in_gt`` (M,), ``num_points_invalid`` and
+            ``num_points_out_of_view`` (int).
         """
         from ..ops import points_in_boxes, points_in_boxes_all  # lazy: builds the op on first use only
         points, invalid = drop_non_finite(load_points(info['lidar_path'], self.load_dim, self.use_dim))
         report_dropped(self, 'num_points_invalid', invalid, lambda: f'dropped {invalid} of {len(points) + invalid} '
                        f"points with NaN/Inf values in {info['lidar_path']!r} (frame {info.get('frame_id')})")
+        out_of_view = 0
+        if self.camera_fov:
+            in_view = torch.from_numpy(camera_fov_mask(points, info['lidar2img'], info['image_size']))
+            out_of_view = int((~in_view).sum())
+            points = points[in_view]
+            report_dropped(self, 'num_points_out_of_view', out_of_view, lambda: f'kept the {len(points)} of '
+                           f'{len(points) + out_of_view} points in the camera view of frame {info.get("frame_id")} '
+                           '(camera_fov=True)')
         boxes = info['gt_bboxes_3d']
         instance = points_in_boxes(points, boxes)
         labels = info['gt_labels_3d']
@@ -123,4 +176,5 @@ class KittiDataset(LidarDetDataset):
         semantic = torch.where(instance >= 0, labels[instance.clamp(min=0)] if len(labels) else background,
                                background)
         return dict(points=points, pts_semantic_mask=semantic, pts_instance_mask=instance,
-                    num_points_in_gt=points_in_boxes_all(points, boxes).sum(dim=0), num_points_invalid=invalid)
+                    num_points_in_gt=points_in_boxes_all(points, boxes).sum(dim=0), num_points_invalid=invalid,
+                    num_points_out_of_view=out_of_view)

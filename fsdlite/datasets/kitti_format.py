@@ -6,10 +6,15 @@ and ``Tr_imu_to_velo`` (3x4), one ``key: values`` line each.  Camera boxes are r
 ``[x, y, z, l, h, w, ry]`` (mmdet3d's order), the order :func:`fsdlite.structures.boxes.camera_to_lidar_boxes`
 expects.
 """
+import math
 import os
 import pickle
 
 import numpy as np
+import torch
+
+from ..structures.boxes import lidar_to_camera_boxes
+from ..structures.camera import KITTI_IMAGE_SIZE, image_boxes
 
 # mmdet3d v2 KITTI info label ids (``bbox_label_3d``); -1 is DontCare.
 KITTI_CATEGORIES = ('Pedestrian', 'Cyclist', 'Car', 'Van', 'Truck', 'Person_sitting', 'Tram', 'Misc')
@@ -100,12 +105,46 @@ def format_label(objects):
     return '\n'.join(lines) + ('\n' if lines else '')
 
 
+def result_lines(names, boxes, scores, lidar2cam, lidar2img, image_size=KITTI_IMAGE_SIZE):
+    """KITTI result lines (the label line plus a score) of lidar detections, as KITTI's evaluation reads them.
+
+    ``type -1 -1 alpha x1 y1 x2 y2 h w l x y z ry score``: truncation and occlusion unknown (-1); the 2D box is the
+    3D box's eight corners projected through ``lidar2img`` and clipped to the image; the camera box comes from
+    ``lidar2cam``; ``alpha = ry - atan2(x, z)``. Detections whose 2D box has no area (outside the image) are left
+    out: the scoring could only ignore them.
+
+    Args:
+        names (sequence[str]): (M,) KITTI type names; boxes (Tensor | array): (M, 7) bottom-centre lidar boxes;
+        scores (sequence): (M,); lidar2cam, lidar2img (array): (4, 4); image_size: (width, height).
+    Returns:
+        tuple: ``lines`` (list[str]) and ``kept`` (M,) bool (which detections have a line).
+    """
+    boxes = torch.as_tensor(np.asarray(boxes, dtype=np.float64) if not isinstance(boxes, torch.Tensor)
+                            else boxes.detach().cpu().double()).reshape(-1, 7)
+    scores = np.asarray(torch.as_tensor(scores).detach().cpu(), dtype=np.float64).reshape(-1)
+    if not len(names) == len(boxes) == len(scores):
+        raise ValueError(f'result_lines: names, boxes and scores must have one row per detection, got '
+                         f'{len(names)}, {len(boxes)}, {len(scores)}')
+    bbox, _ = image_boxes(boxes, lidar2img, image_size)
+    kept = (bbox[:, 2] > bbox[:, 0]) & (bbox[:, 3] > bbox[:, 1])
+    cam = lidar_to_camera_boxes(boxes, torch.as_tensor(np.asarray(lidar2cam, dtype=np.float64))).numpy()
+    lines = []
+    for i in np.flatnonzero(kept):
+        x, y, z, l, h, w, ry = (float(v) for v in cam[i])
+        alpha = ry - math.atan2(x, z)
+        x1, y1, x2, y2 = (float(v) for v in bbox[i])
+        lines.append(f'{names[i]} -1 -1 {alpha:.4f} {x1:.2f} {y1:.2f} {x2:.2f} {y2:.2f} {h:.4f} {w:.4f} {l:.4f} '
+                     f'{x:.4f} {y:.4f} {z:.4f} {ry:.4f} {scores[i]:.6f}')
+    return lines, kept
+
+
 def read_info_pkl(path):
     """Read an mmdet3d v2 KITTI info ``.pkl`` into frame dicts.
 
     Returns:
         list[dict]: per frame ``frame_id`` (str), ``lidar_file`` (relative path), ``lidar2cam`` (4x4),
-        ``num_pts_feats`` and ``objects`` (dicts with ``name`` and ``box_camera``).
+        ``lidar2img`` (4x4, CAM2) and ``image_size`` ((width, height)) when the info has them, ``num_pts_feats``
+        and ``objects`` (dicts with ``name``, ``box_camera``, ``bbox``, ``truncated``, ``occluded``).
     """
     with open(path, 'rb') as f:
         data = pickle.load(f)
@@ -118,11 +157,18 @@ def read_info_pkl(path):
         lidar = entry['lidar_points']
         lidar2cam = np.asarray(entry['images']['R0_rect'], dtype=np.float64) @ np.asarray(lidar['Tr_velo_to_cam'],
                                                                                           dtype=np.float64)
-        objects = [dict(name=id_to_name.get(ins['bbox_label_3d'], 'DontCare'), box_camera=list(ins['bbox_3d']))
-                   for ins in entry.get('instances', [])]
+        objects = [dict(name=id_to_name.get(ins['bbox_label_3d'], 'DontCare'), box_camera=list(ins['bbox_3d']),
+                        bbox=list(ins.get('bbox', (0.0, 0.0, 0.0, 0.0))), truncated=float(ins.get('truncated', 0.0)),
+                        occluded=int(ins.get('occluded', 0))) for ins in entry.get('instances', [])]
         sample_id = entry.get('sample_idx', entry.get('sample_id'))
         frame_id = f'{int(sample_id):06d}' if sample_id is not None else os.path.splitext(
             os.path.basename(lidar['lidar_path']))[0]
-        frames.append(dict(frame_id=frame_id, lidar_file=lidar['lidar_path'], lidar2cam=lidar2cam,
-                           num_pts_feats=int(lidar.get('num_pts_feats', 4)), objects=objects))
+        frame = dict(frame_id=frame_id, lidar_file=lidar['lidar_path'], lidar2cam=lidar2cam,
+                     num_pts_feats=int(lidar.get('num_pts_feats', 4)), objects=objects)
+        cam2 = entry['images'].get('CAM2', {})
+        if 'lidar2img' in cam2:
+            frame['lidar2img'] = np.asarray(cam2['lidar2img'], dtype=np.float64)
+        if 'width' in cam2 and 'height' in cam2:
+            frame['image_size'] = (int(cam2['width']), int(cam2['height']))
+        frames.append(frame)
     return frames

@@ -1,30 +1,20 @@
-"""SyntheticLidarDataset: ray-cast street scenes, deterministic by seed, generated on the fly."""
-import dataclasses
-
+"""SyntheticLidarDataset: simulated KITTI street frames (:mod:`fsdlite.datasets.sim`), deterministic by seed."""
+import numpy as np
 import torch
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
 from fsdlite.utils.drop_report import report_dropped
 from .lidar_det_dataset import LidarDetDataset
-from .raycast import LidarSpec
-from .synthetic_scene import SceneSpec, SensorNoise, frame_rng, render_frame
+from .sim import LidarSpec, SensorNoise, WorldSpec, render_frame
+from .sim.shapes import BUILDERS as ROAD_USERS
 
 SPLITS = {'train': 0, 'val': 1, 'test': 2}
 
 
-def scene_spec(classes, scene=None):
-    """A :class:`SceneSpec` for ``classes``; dict-valued fields of ``scene`` update the defaults."""
-    scene = dict(scene or {})
-    unknown = sorted(set(scene) - {f.name for f in dataclasses.fields(SceneSpec)})
-    if unknown:
-        raise TypeError(f'SyntheticLidarDataset: unknown scene options {unknown}; expected some of '
-                        f'{[f.name for f in dataclasses.fields(SceneSpec)]}')
-    defaults = SceneSpec()
-    for name in ('sizes', 'counts', 'road_aligned', 'reflectivity'):
-        if name in scene:
-            scene[name] = {**getattr(defaults, name), **dict(scene[name])}
-    return SceneSpec(classes=tuple(classes), **{k: v for k, v in scene.items() if k != 'classes'})
+def frame_rng(seed, split_code, index):
+    """The random stream of one frame: independent per (base seed, split, index)."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(split_code), int(index)]))
 
 
 def _options(cls, name, cfg):
@@ -35,32 +25,35 @@ def _options(cls, name, cfg):
 
 
 def _copied(value):
-    """A copy of an array or tensor (other values as they are)."""
+    """A copy of an array, tensor or dict of them (other values as they are)."""
     if isinstance(value, torch.Tensor):
         return value.clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
     return value.copy() if hasattr(value, 'copy') else value
 
 
 @DATASETS.register_module()
 class SyntheticLidarDataset(LidarDetDataset):
-    """Synthetic lidar frames: a spinning multi-beam lidar ray-cast against ground, objects and clutter.
+    """Simulated KITTI frames: urban streets ray-cast by an HDL-64E model, cropped to the camera's view.
 
     Frame ``i`` of a split is generated from ``SeedSequence([seed, split, i])``, so frames are
     reproducible, independent of the order they are read in, and train/val/test never share a stream.
-    Each sample has points ``(N, 4)`` (x, y, z, intensity), bottom-centre lidar boxes ``(M, 7)``,
-    labels, a per-point semantic mask (class of the object hit, ``len(classes)`` for ground/clutter)
-    and instance mask, and metainfo ``num_points_in_gt`` (points inside each box; boxes without
-    points are kept) and ``num_skipped_objects`` (boxes that found no free spot; reported with a warning the
-    first time, totals in :attr:`dropped_totals`).
+    Each sample has points ``(N, 4)`` (x, y, z, reflectance), bottom-centre lidar boxes ``(M, 7)`` and labels
+    of the target classes' road users that returned points, a per-point semantic mask (class of the object
+    hit, ``len(classes)`` for everything else) and instance mask, and metainfo: ``num_points_in_gt``,
+    ``kitti_annos`` (every labelled road user, vans, trucks and trams included, with KITTI's type, 2D box,
+    truncation and occlusion level, as :class:`~fsdlite.evaluation.DetMetric`'s KITTI scoring reads them),
+    ``lidar2img``, ``street`` (the street type) and ``num_skipped_objects`` (road users that found no free
+    spot; reported with a warning the first time, totals in :attr:`dropped_totals`).
 
     Args:
         num_frames (int): frames in the split.
         split (str): 'train', 'val' or 'test'.
         seed (int): base seed.
-        lidar (dict): :class:`~fsdlite.datasets.raycast.LidarSpec` options (beams, fields of view, ...).
-        scene (dict): :class:`~fsdlite.datasets.synthetic_scene.SceneSpec` options; its classes are
-            ``metainfo['classes']``.
-        noise (dict): :class:`~fsdlite.datasets.synthetic_scene.SensorNoise` options.
+        lidar (dict): :class:`~fsdlite.datasets.sim.LidarSpec` options (beams, azimuth step, camera crop, ...).
+        scene (dict): :class:`~fsdlite.datasets.sim.WorldSpec` options (street types, traffic).
+        noise (dict): :class:`~fsdlite.datasets.sim.SensorNoise` options.
         cache (bool): keep generated raw frames in memory (per worker process).
         pipeline, metainfo, test_mode, lazy_init, indices: as :class:`mmengine.dataset.BaseDataset`.
     """
@@ -78,7 +71,11 @@ class SyntheticLidarDataset(LidarDetDataset):
         self._cache = {} if cache else None
         super().__init__(pipeline=pipeline, metainfo=metainfo, test_mode=test_mode, lazy_init=lazy_init,
                          indices=indices, serialize_data=False, max_refetch=max_refetch)
-        self.scene = scene_spec(self.classes, scene)
+        self.scene = _options(WorldSpec, 'scene', scene)
+        unknown = [c for c in self.classes if c not in ROAD_USERS]
+        if unknown:
+            raise ValueError(f'SyntheticLidarDataset: classes {unknown} are not road users of the simulated world; '
+                             f'expected some of {sorted(ROAD_USERS)}')
 
     def load_data_list(self):
         """``num_frames`` entries ``dict(frame_index=i)``; frames are generated in :meth:`load_sample`."""
@@ -87,14 +84,14 @@ class SyntheticLidarDataset(LidarDetDataset):
     def generate(self, frame_index):
         """Render frame ``frame_index`` of this split (numpy arrays, see :func:`render_frame`)."""
         rng = frame_rng(self.seed, SPLITS[self.split], frame_index)
-        return render_frame(rng, self.scene, self.lidar, self.noise)
+        return render_frame(rng, self.scene, self.lidar, self.noise, self.classes)
 
     def load_sample(self, info):
         """Render (or take from the cache) frame ``info['frame_index']``.
 
         Returns:
-            dict: the arrays of :func:`render_frame` (copies, without ``clutter_bboxes_3d``) plus
-            ``num_points_in_gt`` (M,) int64 and ``split``; skipped objects are reported.
+            dict: the arrays of :func:`~fsdlite.datasets.sim.render_frame` (copies) plus ``num_points_in_gt`` (M,)
+            int64 and ``split``; skipped objects are reported.
         """
         key = info['frame_index']
         if self._cache is not None and key in self._cache:
@@ -106,12 +103,11 @@ class SyntheticLidarDataset(LidarDetDataset):
             frame['num_points_in_gt'] = count_points_in_boxes(points, boxes)
             if self._cache is not None:
                 self._cache[key] = frame
-        out = {k: _copied(v) for k, v in frame.items() if k != 'clutter_bboxes_3d'}  # the cache stays intact
+        out = {k: _copied(v) for k, v in frame.items()}  # the cache stays intact
         out['split'] = self.split
         skipped = int(out.get('num_skipped_objects', 0))
-        report_dropped(self, 'num_skipped_objects', skipped, lambda: f'{skipped} boxes (objects or clutter) of frame '
-                       f'{key} ({self.split}) found no free spot after max_attempts={self.scene.max_attempts} '
-                       'tries and were left out of the scene')
+        report_dropped(self, 'num_skipped_objects', skipped, lambda: f'{skipped} road users of frame {key} '
+                       f'({self.split}) found no free spot and were left out of the street')
         return out
 
     def statistics(self, num_frames=None):

@@ -108,11 +108,11 @@ def test_skipped_samples_are_counted(synthetic_dataset, mm_warnings):
 
 
 def test_synthetic_scene_reports_skipped_objects(synthetic_dataset, mm_warnings):
-    ds = synthetic_dataset(num_frames=1, scene=dict(counts=dict(Car=(25, 25)), distance=(5.0, 9.0),
-                                                    max_attempts=2), pipeline=[dict(type='Pack3DDetInputs')])
+    crowd = dict(street_types=dict(narrow=1.0), traffic=dict(pedestrians=(80, 80)))  # more than the sidewalks hold
+    ds = synthetic_dataset(num_frames=1, scene=crowd, pipeline=[dict(type='Pack3DDetInputs')])
     skipped = ds[0]['data_samples'].metainfo['num_skipped_objects']
     assert skipped > 0 and ds.dropped_totals['num_skipped_objects'] == skipped
-    assert len(hits(mm_warnings, f'SyntheticLidarDataset: {skipped} boxes', 'found no free spot',
+    assert len(hits(mm_warnings, f'SyntheticLidarDataset: {skipped} road users', 'found no free spot',
                     "metainfo['num_skipped_objects']")) == 1
 
 

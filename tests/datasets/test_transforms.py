@@ -40,18 +40,24 @@ def test_points_range_filter_counts_and_keeps_masks(raw_frame):
 
 def test_object_range_filter_drops_counts_and_relabels(raw_frame):
     r = raw_frame(1)
-    before = len(r['gt_bboxes_3d'])
-    r['gt_bboxes_3d'][0, 0] = 80.0  # move box 0 out of range (its points keep their positions)
-    r['gt_bboxes_3d'][1, 6] = 7.0   # an unwrapped yaw
+    boxes = r['gt_bboxes_3d']
+    in_range = (boxes[:, 0] > RANGE[0]) & (boxes[:, 0] < RANGE[3]) & (boxes[:, 1] > RANGE[1]) & (boxes[:, 1] < RANGE[4])
+    first, second = torch.nonzero(in_range).flatten()[:2].tolist()
+    boxes[first, 0] = 80.0   # move a box out of range (its points keep their positions)
+    boxes[second, 6] = 7.0   # an unwrapped yaw
+    kept = int(in_range.sum()) - 1
     background = int((r['pts_semantic_mask'] == 3).sum())
-    points_of_box0 = int((r['pts_instance_mask'] == 0).sum())
-    assert points_of_box0 > 0
+    points_of_first = int((r['pts_instance_mask'] == first).sum())
+    points_outside = int(r['num_points_in_gt'][~in_range].sum()) if (~in_range).any() else 0
+    assert points_of_first > 0
     out = build(dict(type='ObjectRangeFilter', point_cloud_range=RANGE))(r)
-    assert len(out['gt_bboxes_3d']) == before - 1 and out['num_objects_filtered'] == 1
-    assert math.isclose(float(out['gt_bboxes_3d'][0, 6]), 7.0 - 2 * math.pi, rel_tol=1e-6)
+    assert len(out['gt_bboxes_3d']) == kept and out['num_objects_filtered'] == len(boxes) - kept
+    assert math.isclose(float(out['gt_bboxes_3d'][second - 1 - int((~in_range[:second]).sum()), 6]),
+                        7.0 - 2 * math.pi, rel_tol=1e-6)
     assert ((out['gt_bboxes_3d'][:, 6] >= -math.pi) & (out['gt_bboxes_3d'][:, 6] < math.pi)).all()
     assert_masks_aligned(out)
-    assert int((out['pts_semantic_mask'] == 3).sum()) == background + points_of_box0  # now background
+    # the dropped boxes' points are background now
+    assert int((out['pts_semantic_mask'] == 3).sum()) == background + points_of_first + points_outside
 
 
 def test_object_name_filter(raw_frame):

@@ -1,21 +1,20 @@
-# Synthetic lidar scenes (SyntheticLidarDataset): a KITTI-like spinning lidar ray-cast against ground,
-# Car / Pedestrian / Cyclist boxes and un-annotated clutter, cropped to the front 90 deg as KITTI's
-# camera FOV.  Defaults keep frames CPU-friendly: 32 beams at 0.2 deg -> ~12k points per frame.
-# For 64 beams: lidar.update(num_beams=64, azimuth_resolution=0.16) (~30k points per frame).
+# Simulated KITTI frames (SyntheticLidarDataset, fsdlite/datasets/sim): urban streets -- roads, curbs, sidewalks,
+# facades, walls, fences, trees, bushes, poles, parked and moving traffic, pedestrians, cyclists, vans, trucks and
+# trams -- ray-cast by KITTI's HDL-64E (64 beams, 0.18 deg azimuth step, 1.73 m high), cropped to the camera's view
+# (~16k points per frame) and labelled as KITTI labels real frames (2D boxes, truncation, occlusion).
 dataset_type = 'SyntheticLidarDataset'
 class_names = ('Car', 'Pedestrian', 'Cyclist')
 metainfo = dict(classes=class_names)
 point_cloud_range = [0, -40, -3, 70.4, 40, 1]
 
 lidar = dict(
-    num_beams=32,
-    vertical_fov='kitti',           # (-24.8, +2.0) deg; 'symmetric25' for +-25 deg, or a (low, high) pair
-    azimuth_resolution=0.2,         # deg
-    horizontal_fov=(-45.0, 45.0),   # front camera crop; (-180, 180) for a full sweep
+    num_beams=64,                   # fewer keeps an evenly spaced subset of the HDL-64E's lasers
+    vertical_fov='kitti',           # the HDL-64E's own layout; or a (low, high) pair for uniform beams
+    azimuth_resolution=0.18,        # deg
     sensor_height=1.73,
-    max_range=80.0)
-noise = dict(range_noise=0.02, dropout=0.05, intensity_noise=0.03)
-scene = dict()                      # SceneSpec overrides, e.g. dict(counts=dict(Car=(5, 15)))
+    camera_fov=True)                # crop to KITTI's left colour camera (velodyne_reduced)
+noise = dict()                      # SensorNoise overrides (range noise, ray drop, reflectance model)
+scene = dict()                      # WorldSpec overrides, e.g. dict(street_types=dict(urban=1.0))
 
 # Ground-truth sampling database, built once with
 #   python tools/create_gt_database.py configs/_base_/datasets/synthetic_lidar.py --out work_dirs/gt_db/synthetic
@@ -39,8 +38,8 @@ train_pipeline = augmentation + filtering + [dict(type='PointShuffle'), dict(typ
 train_pipeline_gt_sample = [object_sample] + train_pipeline
 test_pipeline = filtering + [dict(type='Pack3DDetInputs')]
 
-# cache=True keeps each rendered frame in memory (~0.4 MB per frame: ~150 MB for the 400 training frames): a frame
-# takes ~14 ms to ray-cast and ~2 ms to run through the pipeline, and training reads every frame many times.
+# cache=True keeps each rendered frame in memory (~0.5 MB per frame): training reads every frame many times and a
+# frame takes far longer to simulate than to run through the pipeline.
 train_dataloader = dict(
     batch_size=2,
     num_workers=0,

@@ -11,8 +11,8 @@ _base_ = [
 point_range = [0, -40, -3, 70.4, 40, 1]  # = the dataset's point_cloud_range
 
 train_dataloader = dict(batch_size=2, sampler=dict(type='InfiniteSampler', shuffle=True))
-val_evaluator = dict(type='DetMetric', iou_thresholds=dict(Car=(0.7, 0.5), Pedestrian=(0.5, 0.25),
-                                                           Cyclist=(0.5, 0.25)))
+val_evaluator = dict(type='DetMetric', kitti_scoring=True,
+                     iou_thresholds=dict(Car=(0.7, 0.5), Pedestrian=(0.5, 0.25), Cyclist=(0.5, 0.25)))
 test_evaluator = val_evaluator
 
 max_iters = 20000  # ~10 epochs of the 3,712-frame KITTI train split at batch size 2

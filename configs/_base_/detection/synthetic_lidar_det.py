@@ -14,8 +14,8 @@ train_dataloader = dict(
     dataset=dict(num_frames=400, cache=True))
 val_dataloader = dict(dataset=dict(num_frames=50, cache=True))
 test_dataloader = val_dataloader
-val_evaluator = dict(type='DetMetric', iou_thresholds=dict(Car=(0.7, 0.5), Pedestrian=(0.5, 0.25),
-                                                           Cyclist=(0.5, 0.25)))
+val_evaluator = dict(type='DetMetric', kitti_scoring=True,
+                     iou_thresholds=dict(Car=(0.7, 0.5), Pedestrian=(0.5, 0.25), Cyclist=(0.5, 0.25)))
 test_evaluator = val_evaluator
 
 max_iters = 1200

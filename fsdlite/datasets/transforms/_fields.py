@@ -8,10 +8,13 @@ Keys (all tensors on CPU):
 * ``gt_bboxes_3d`` (M, 7) float32 bottom-centre lidar boxes; ``gt_labels_3d`` (M,) int64;
   ``num_points_in_gt`` (M,) int64 points counted in each box when the sample was loaded;
 * ``classes`` (tuple of str), ``sample_idx`` (int), counters ``num_points_filtered`` (points dropped by
-  range filters), ``num_points_invalid`` (non-finite points dropped at load), ``num_objects_filtered``
-  (boxes dropped by class or range filters), ``num_rejected_objects`` / ``num_unavailable_objects`` (GT-sampled
+  range filters), ``num_points_invalid`` (non-finite points dropped at load), ``num_points_out_of_view`` (points
+  outside the camera's view, KITTI's ``camera_fov``), ``num_objects_filtered`` (boxes dropped by class or range
+  filters), ``num_rejected_objects`` / ``num_unavailable_objects`` (GT-sampled
   objects not pasted: overlapping, or missing from the database), plus augmentation records (``pcd_*``,
-  ``transformation_3d_flow``).  Every counter is copied into ``data_sample.metainfo`` by ``Pack3DDetInputs``.
+  ``transformation_3d_flow``); ``kitti_annos`` / ``lidar2img`` (every labelled object of the frame as loaded, for
+  KITTI's scoring; augmentations leave them as they are).  Every counter is copied into ``data_sample.metainfo``
+  by ``Pack3DDetInputs``.
 
 Per-point and per-box keys are optional: helpers edit whichever are present, keeping them aligned.
 """
@@ -23,7 +26,7 @@ POINT_KEYS = ('points', 'pts_semantic_mask', 'pts_instance_mask')
 BOX_KEYS = ('gt_bboxes_3d', 'gt_labels_3d', 'num_points_in_gt')
 COUNTERS = ('num_points_filtered', 'num_points_invalid', 'num_objects_filtered')
 DROP_COUNTERS = COUNTERS + ('num_points_replaced', 'num_rejected_objects', 'num_unavailable_objects',
-                            'num_skipped_objects')
+                            'num_skipped_objects', 'num_points_out_of_view')
 
 
 def add_count(results, key, count):

@@ -11,7 +11,7 @@ DEFAULT_META_KEYS = (
     'split', 'num_points_in_gt', 'num_points_filtered', 'num_points_invalid', 'num_objects_filtered',
     'num_sampled_objects', 'num_points_replaced', 'num_skipped_objects', 'num_rejected_objects',
     'num_unavailable_objects', 'transformation_3d_flow', 'pcd_rotation_angle', 'pcd_scale_factor', 'pcd_trans',
-    'pcd_horizontal_flip', 'pcd_vertical_flip')
+    'pcd_horizontal_flip', 'pcd_vertical_flip', 'kitti_annos', 'lidar2img', 'image_size', 'street')
 
 
 @TRANSFORMS.register_module()

@@ -1,10 +1,16 @@
-"""KITTI-style 3D detection metric: BEV and 3D average precision with 40 recall positions (R40).
+"""3D detection metric: BEV and 3D average precision with 40 recall positions (R40).
 
-Per class, ground truth and predictions of every frame are matched greedily by score at each IoU
-threshold of the class (:mod:`fsdlite.evaluation.functional.ap`); rotated BEV IoU comes from
-``fsdlite.ops.boxes_iou_bev`` and 3D IoU from it times the vertical overlap.  Ground-truth boxes
-with fewer than ``min_gt_points`` lidar points are *ignored* (neither required nor penalised; the
-count is reported), as KITTI does with boxes outside its difficulty levels.
+Two protocols:
+
+* ``kitti_scoring=True`` (KITTI configs, real or simulated KITTI frames): KITTI's own rules -- easy / moderate /
+  hard from 2D box height, occlusion and truncation, DontCare regions and neighbouring classes neither true nor
+  false, devkit matching, interpolated R40 (:mod:`.kitti_scoring`, :mod:`fsdlite.evaluation.functional.kitti_eval`);
+* otherwise a plain protocol for data without KITTI labels: per class, ground truth and predictions of every frame
+  are matched greedily by score at each IoU threshold of the class (:mod:`fsdlite.evaluation.functional.ap`);
+  ground-truth boxes with fewer than ``min_gt_points`` lidar points are *ignored* (neither required nor
+  penalised; the count is reported).
+
+Rotated BEV IoU comes from ``fsdlite.ops.boxes_iou_bev`` and 3D IoU from it times the vertical overlap.
 """
 import math
 
@@ -15,7 +21,9 @@ from mmengine.logging import print_log
 
 from ...registry import METRICS
 from ._class_names import ClassNamesMixin
+from .kitti_scoring import frame_record, kitti_metrics, kitti_table
 from ..functional import average_precision_r40, boxes_iou_3d_from_bev, match_detections
+from ..functional.kitti_eval import DIFFICULTIES
 
 DEFAULT_IOU_THRESHOLDS = {'Car': (0.7, 0.5), 'Pedestrian': (0.5, 0.25), 'Cyclist': (0.5, 0.25)}
 KINDS = ('bev', '3d')
@@ -48,17 +56,23 @@ class DetMetric(ClassNamesMixin, BaseMetric):
         iou_thresholds (dict): class name -> (strict, loose) IoU thresholds (one or two values);
             classes not listed use (0.5, 0.25); defaults: Car (0.7, 0.5), Pedestrian/Cyclist (0.5, 0.25).
         kinds (sequence[str]): any of 'bev', '3d'.
-        min_gt_points (int): ground truth with fewer lidar points (metainfo ``num_points_in_gt``) is ignored.
+        min_gt_points (int): ground truth with fewer lidar points (metainfo ``num_points_in_gt``) is ignored
+            (plain protocol only).
+        kitti_scoring (bool): score with KITTI's own rules (needs ``kitti_annos`` / ``lidar2img`` metainfo).
+        difficulties (sequence[str]): with KITTI scoring, which of 'easy', 'moderate', 'hard' to report
+            (moderate is always computed: it gives the unsuffixed keys).
         collect_device, prefix: see :class:`mmengine.evaluator.BaseMetric`.
 
     Result keys: ``{class}_{BEV|3D}_AP@{thr}`` and ``{BEV|3D}_mAP`` (mean over classes with ground
-    truth at their strict threshold) and ``{BEV|3D}_mAP_loose`` (at the loose one).
+    truth at their strict threshold) and ``{BEV|3D}_mAP_loose`` (at the loose one); with KITTI scoring these are
+    the moderate difficulty, ``..._easy`` / ``..._hard`` the others, plus ``{class}_false_boxes_per_frame``
+    (predictions scoring >= 0.5 that are false at the loose BEV threshold) and ``{class}_num_gt``.
     """
 
     default_prefix = 'det'
 
-    def __init__(self, classes=None, iou_thresholds=None, kinds=KINDS, min_gt_points=0,
-                 collect_device='cpu', prefix=None):
+    def __init__(self, classes=None, iou_thresholds=None, kinds=KINDS, min_gt_points=0, kitti_scoring=False,
+                 difficulties=('easy', 'moderate', 'hard'), collect_device='cpu', prefix=None):
         super().__init__(collect_device=collect_device, prefix=prefix)
         self._set_classes(classes)
         self.iou_thresholds = dict(DEFAULT_IOU_THRESHOLDS)
@@ -76,6 +90,16 @@ class DetMetric(ClassNamesMixin, BaseMetric):
         if int(min_gt_points) < 0:
             raise ValueError(f'DetMetric: min_gt_points must be >= 0, got {min_gt_points}')
         self.min_gt_points = int(min_gt_points)
+        if not isinstance(kitti_scoring, bool):
+            raise TypeError(f'DetMetric: kitti_scoring must be True or False, got {kitti_scoring!r}')
+        if kitti_scoring and self.min_gt_points:
+            raise ValueError('DetMetric: min_gt_points applies to the plain protocol; KITTI scoring ignores ground '
+                             'truth by difficulty instead (set min_gt_points=0)')
+        bad = [d for d in difficulties if d not in DIFFICULTIES]
+        if bad:
+            raise ValueError(f'DetMetric: difficulties must come from {tuple(DIFFICULTIES)}, got {difficulties!r}')
+        self.kitti_scoring = kitti_scoring
+        self.difficulties = tuple(dict.fromkeys(['moderate', *difficulties]))
 
     def thresholds(self, name):
         """(strict[, loose]) IoU thresholds of class ``name``."""
@@ -109,6 +133,10 @@ class DetMetric(ClassNamesMixin, BaseMetric):
                 if lab.numel() and (int(lab.min()) < 0 or int(lab.max()) >= num_classes):
                     raise ValueError(f'DetMetric: {what} must lie in [0, {num_classes}) for classes '
                                      f'{self.classes}, got values {sorted(set(lab.tolist()))}')
+            if self.kitti_scoring:
+                self.results.append(frame_record(sample, boxes, scores, labels, self.classes, self.kinds,
+                                                 boxes_iou_bev))
+                continue
             ignored = self._gt_ignored(sample, gt_boxes.shape[0])
             frame = []
             for c in range(num_classes):
@@ -123,6 +151,10 @@ class DetMetric(ClassNamesMixin, BaseMetric):
 
     def compute_metrics(self, results):
         """AP per class, kind and threshold, plus mAPs; logs a table."""
+        if self.kitti_scoring:
+            metrics, rows = kitti_metrics(results, self.classes, self.thresholds, self.kinds, self.difficulties)
+            print_log(kitti_table(metrics, rows, self.thresholds, self.kinds), logger='current')
+            return metrics
         metrics, rows = {}, []
         for c, name in enumerate(self.classes):
             per_class = [frame[c] for frame in results]

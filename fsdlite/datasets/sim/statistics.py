@@ -1,0 +1,102 @@
+"""Statistics of lidar frames, to hold simulated frames against real ones (tests, benchmarks/sim2real.py).
+
+All frames are cropped to the camera's view. :func:`scan_statistics` pools frames and returns: points per frame,
+the share of points per elevation band (upper block, middle, lower block of the HDL-64E), per range band, above
+local ground, the reflectance quantiles and share of zeros, and the median points on a car by distance.
+"""
+import numpy as np
+import torch
+
+RANGE_BANDS = (0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
+ELEVATION_BANDS = (-25.0, -15.0, -8.6, -4.0, 0.0, 4.0)  # degrees: below the camera, lower block, upper block
+CAR_DISTANCE_BANDS = ((5.0, 15.0), (15.0, 25.0), (30.0, 50.0))
+QUANTILES = (10, 25, 50, 75, 90, 99)
+
+
+def above_ground_share(points, cell=2.0, radius=40.0, height=0.3):
+    """Share of the points within ``radius`` m that lie more than ``height`` m above their cell's 5th-percentile z."""
+    xyz = np.asarray(points)[:, :3]
+    xyz = xyz[np.hypot(xyz[:, 0], xyz[:, 1]) < radius]
+    if len(xyz) == 0:
+        return 0.0
+    cells = np.floor(xyz[:, :2] / cell).astype(np.int64)
+    _, inverse = np.unique(cells, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.lexsort((xyz[:, 2], inverse))
+    starts = np.r_[0, np.flatnonzero(np.diff(inverse[order])) + 1]
+    sizes = np.diff(np.r_[starts, len(order)])
+    ground = xyz[order[starts + (0.05 * (sizes - 1)).astype(np.int64)], 2]
+    return float((xyz[:, 2] - ground[inverse] > height).mean())
+
+
+def scan_statistics(frames):
+    """Pooled statistics of frames.
+
+    Args:
+        frames (iterable): ``(points (N, 4) array, car_boxes (M, 7) array)`` per frame (camera-view points, lidar
+            boxes of the labelled cars).
+    Returns:
+        dict: ``points_per_frame`` (mean), ``elevation_share`` (len(ELEVATION_BANDS) - 1,), ``range_share``
+        (len(RANGE_BANDS) - 1,), ``above_ground`` (mean share per frame), ``reflectance_quantiles`` (QUANTILES),
+        ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars) and
+        ``car_reflectance_median``.
+    """
+    from fsdlite.ops import points_in_boxes  # lazy: builds the op on first use only
+
+    counts, ranges, elevations, reflectance, above, car_points, car_refl = [], [], [], [], [], [], []
+    for points, boxes in frames:
+        points = np.asarray(points, dtype=np.float32)
+        boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 7)
+        counts.append(len(points))
+        xyz = points[:, :3]
+        ranges.append(np.linalg.norm(xyz, axis=1))
+        elevations.append(np.degrees(np.arctan2(xyz[:, 2], np.hypot(xyz[:, 0], xyz[:, 1]))))
+        reflectance.append(points[:, 3])
+        above.append(above_ground_share(points))
+        if len(boxes):
+            inside = points_in_boxes(torch.from_numpy(points), torch.from_numpy(boxes)).numpy()
+            per_car = np.bincount(inside[inside >= 0], minlength=len(boxes))
+            car_points += list(zip(np.hypot(boxes[:, 0], boxes[:, 1]), per_car))
+            car_refl.append(points[inside >= 0, 3])
+    ranges, elevations, reflectance = (np.concatenate(v) for v in (ranges, elevations, reflectance))
+    car_points = np.array(car_points, dtype=np.float64).reshape(-1, 2)
+    medians = []
+    for lo, hi in CAR_DISTANCE_BANDS:
+        band = car_points[(car_points[:, 0] >= lo) & (car_points[:, 0] < hi), 1]
+        medians.append(float(np.median(band)) if len(band) else float('nan'))
+    car_refl = np.concatenate(car_refl) if car_refl else np.zeros(0)
+    return dict(points_per_frame=float(np.mean(counts)),
+                elevation_share=np.histogram(elevations, ELEVATION_BANDS)[0] / max(len(elevations), 1),
+                range_share=np.histogram(ranges, RANGE_BANDS)[0] / max(len(ranges), 1),
+                above_ground=float(np.mean(above)),
+                reflectance_quantiles=np.percentile(reflectance, QUANTILES),
+                zero_reflectance=float((reflectance == 0).mean()),
+                car_points=np.array(medians),
+                car_reflectance_median=float(np.median(car_refl)) if len(car_refl) else float('nan'))
+
+
+def format_statistics(rows):
+    """A text table of ``[(name, statistics), ...]`` side by side."""
+    names = [n for n, _ in rows]
+    lines = [f'{"statistic":<34}' + ''.join(f'{n:>22}' for n in names)]
+
+    def add(label, values):
+        lines.append(f'{label:<34}' + ''.join(f'{v:>22}' for v in values))
+
+    add('points per frame', [f"{s['points_per_frame']:.0f}" for _, s in rows])
+    for i, (lo, hi) in enumerate(zip(ELEVATION_BANDS[:-1], ELEVATION_BANDS[1:])):
+        add(f'share at elevation {lo:g}..{hi:g} deg', [f"{s['elevation_share'][i]:.3f}" for _, s in rows])
+    for i, (lo, hi) in enumerate(zip(RANGE_BANDS[:-1], RANGE_BANDS[1:])):
+        add(f'share at range {lo:g}-{hi:g} m', [f"{s['range_share'][i]:.3f}" for _, s in rows])
+    add('share > 0.3 m above ground', [f"{s['above_ground']:.3f}" for _, s in rows])
+    add('reflectance q' + '/'.join(map(str, QUANTILES)),
+        ['/'.join(f'{q:.2f}' for q in s['reflectance_quantiles'][1:5]) for _, s in rows])
+    add('zero reflectance share', [f"{s['zero_reflectance']:.3f}" for _, s in rows])
+    for i, (lo, hi) in enumerate(CAR_DISTANCE_BANDS):
+        add(f'median points on a car {lo:g}-{hi:g} m', [f"{s['car_points'][i]:.0f}" for _, s in rows])
+    add('median reflectance on cars', [f"{s['car_reflectance_median']:.2f}" for _, s in rows])
+    return '\n'.join(lines)
+
+
+__all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'RANGE_BANDS', 'ELEVATION_BANDS',
+           'CAR_DISTANCE_BANDS', 'QUANTILES']

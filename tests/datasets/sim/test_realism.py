@@ -1,0 +1,63 @@
+"""The simulated world against real KITTI scans (../shared/data/kitti_tiny_3d: WenyiZhang0311/kitti_tiny_3d@dbd974d,
+30 official KITTI object training frames): both cropped to the camera's view, compared on the statistics of
+:func:`fsdlite.datasets.sim.statistics.scan_statistics` within the tolerances stated here."""
+import numpy as np
+import pytest
+
+from fsdlite.datasets.sim.statistics import format_statistics, scan_statistics
+from fsdlite.registry import DATASETS
+
+TOLERANCE = dict(points_per_frame=0.25,      # relative
+                 elevation_share=0.04,       # absolute, per elevation band
+                 range_share=0.06,           # absolute, per range band
+                 above_ground=0.12,          # absolute
+                 reflectance_quantiles=0.06,  # absolute, quartiles and 90 %
+                 zero_reflectance=0.05,      # absolute
+                 car_points=(0.5, 2.0))      # ratio of medians per distance band
+
+
+def _frames(dataset, count):
+    for i in range(count):
+        r = dataset.raw_results(i)
+        yield r['points'].numpy(), r['gt_bboxes_3d'].numpy()
+
+
+@pytest.fixture(scope='module')
+def statistics(shared_data):
+    real = DATASETS.build(dict(type='KittiDataset', data_root=str(shared_data / 'kitti_tiny_3d'),
+                               ann_file='ImageSets/trainval.txt', camera_fov=True, test_mode=True,
+                               data_prefix=dict(pts='velodyne', label='label_2', calib='calib'),
+                               metainfo=dict(classes=('Car',))))
+    sim = DATASETS.build(dict(type='SyntheticLidarDataset', split='test', num_frames=24,
+                              metainfo=dict(classes=('Car',))))
+    stats = scan_statistics(_frames(real, 30)), scan_statistics(_frames(sim, 24))
+    print(format_statistics([('real', stats[0]), ('simulated', stats[1])]))
+    return stats
+
+
+def test_points_per_frame_and_per_elevation(statistics):
+    real, sim = statistics
+    assert abs(sim['points_per_frame'] / real['points_per_frame'] - 1) < TOLERANCE['points_per_frame']
+    assert np.abs(sim['elevation_share'] - real['elevation_share']).max() < TOLERANCE['elevation_share']
+
+
+def test_range_histogram_and_structure_above_ground(statistics):
+    real, sim = statistics
+    assert np.abs(sim['range_share'] - real['range_share']).max() < TOLERANCE['range_share']
+    assert abs(sim['above_ground'] - real['above_ground']) < TOLERANCE['above_ground']
+
+
+def test_reflectance(statistics):
+    real, sim = statistics
+    quartiles = slice(1, 5)
+    assert np.abs(sim['reflectance_quantiles'][quartiles] - real['reflectance_quantiles'][quartiles]).max() \
+        < TOLERANCE['reflectance_quantiles']
+    assert abs(sim['zero_reflectance'] - real['zero_reflectance']) < TOLERANCE['zero_reflectance']
+    assert sim['car_reflectance_median'] < 0.15 and real['car_reflectance_median'] < 0.15  # dark paint, glass
+
+
+def test_points_on_cars_by_distance(statistics):
+    real, sim = statistics
+    ratio = sim['car_points'] / real['car_points']
+    low, high = TOLERANCE['car_points']
+    assert np.all((ratio > low) & (ratio < high)), ratio
