@@ -10,6 +10,7 @@ import functools
 import inspect
 import math
 import numbers
+import os
 
 import torch
 
@@ -221,6 +222,47 @@ def output_rows(op: str, name: str, value: int, row_numel: int, row_what: str) -
     if value > 9223372036854775807 // per_row:  # INT64_MAX (TorchScript reads no global constants)
         raise OpValueError(f'{op}: {name}={value} gives an output of {value} x {row_numel} ({row_what}) elements, '
                            f'more than int64 can count; expected {name} * {per_row} < 2^63')
+    return value
+
+
+def device_memory_bytes(device):
+    """Total memory of a device in bytes (CPU: physical RAM; CUDA: the card's memory), or None where unknown
+    ('meta', other backends). Reads no tensor and never synchronises."""
+    device = torch.device(device)
+    if device.type == 'cpu':
+        try:
+            return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+        except (ValueError, OSError, AttributeError):
+            return None
+    if device.type == 'cuda':
+        return torch.cuda.get_device_properties(device).total_memory
+    return None
+
+
+def _bytes(n):
+    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
+        if n < 1024 or unit == 'TiB':
+            return f'{n:.0f} {unit}' if unit == 'B' else f'{n:.1f} {unit}'
+        n /= 1024
+
+
+def output_memory(op, name, value, row_numel, row_what, element_size, device):
+    """:func:`output_rows`, then check the output (``element_size`` bytes per element) fits in the device's total
+    memory: a size no allocation can satisfy is reported naming the argument, instead of the allocator's
+    'can't allocate memory' that names none.
+
+    Returns:
+        int: ``value``.
+    """
+    output_rows(op, name, value, row_numel, row_what)
+    if torch.compiler.is_compiling():  # traced graphs meet the allocator's own error at run time
+        return value
+    total = device_memory_bytes(device)
+    needed = value * max(int(row_numel), 1) * element_size
+    if total is not None and needed > total:
+        raise OpValueError(f'{op}: {name}={value} asks for an output of {value} x {row_numel} ({row_what}) elements '
+                           f'= {_bytes(needed)}, more than the {_bytes(total)} of memory on {torch.device(device)}; '
+                           f'expected a smaller {name}')
     return value
 
 

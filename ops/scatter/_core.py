@@ -204,7 +204,8 @@ def _segment_ids(index: Tensor, dim: int, order: List[int], width: int, varying:
 
 
 def _restore(t: Tensor, moved: Tensor, dim: int, order: List[int], num_segments: int) -> Tensor:
-    """(S * width, *broadcast) kernel output -> src's layout with S along ``dim`` (``moved``: src with ``dim`` first)."""
+    """(S * width, *broadcast) kernel output -> src's layout with S along ``dim``; ``moved`` is src with ``dim``
+    first."""
     sizes = [num_segments] + [moved.size(k) for k in order[1:]]
     return t.reshape(sizes).permute(_inverse(order)).movedim(0, dim)
 
@@ -219,7 +220,8 @@ def reduce_segments(src: Tensor, index: Tensor, dim: int, num_segments: int,
     moved = src.movedim(dim, 0)
     rows = moved.permute(order)
     rows = rows.reshape([rows.size(0) * width] + list(rows.shape[1 + varying:]))
-    values, arg = torch.ops.fsdlite.segment_reduce(rows, ids, num_segments * width, 'sum' if reduce == 'add' else reduce)
+    kernel_reduce = 'sum' if reduce == 'add' else reduce
+    values, arg = torch.ops.fsdlite.segment_reduce(rows, ids, num_segments * width, kernel_reduce)
     values = _restore(values, moved, dim, order, num_segments)
     if reduce != 'max' and reduce != 'min':
         return values, None
@@ -258,6 +260,11 @@ def prepare(op: str, src: Tensor, index: Tensor, dim: int, out: Optional[Tensor]
             _checks.index_range(op, 'index', index, 0, size)
     else:
         size = output_size(op, index, src, dim, dim_size, check)
+        if not torch.jit.is_scripting():  # a size no allocation can satisfy: say which argument asked for it
+            name = 'dim_size' if dim_size is not None else 'dim_size (index.max() + 1)'
+            arg_size = 8 if reduce == 'max' or reduce == 'min' else 0
+            _checks.output_memory(op, name, size, row_numel(src, dim), 'src elements per position along dim',
+                                  src.element_size() + arg_size, src.device)  # (a no-op while compiling)
     return expanded, dim, size
 
 

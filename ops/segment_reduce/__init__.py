@@ -81,7 +81,9 @@ def _validated(src, index, num_segments, reduce):
         num_segments = int(index.max()) + 1 if index.numel() else 0
         name = 'num_segments (index.max() + 1)'
     num_segments = _checks.positive_int(_OP, 'num_segments', num_segments, allow_zero=True)
-    _checks.output_rows(_OP, name, num_segments, math.prod(src.shape[1:]), 'elements per row of src')
+    arg_size = 8 if reduce in ('max', 'min') else 0  # the int64 arg beside the values
+    _checks.output_memory(_OP, name, num_segments, math.prod(src.shape[1:]), 'elements per row of src',
+                          src.element_size() + arg_size, src.device)
     _checks.index_range(_OP, 'index', index, 0, num_segments)
     return index.long(), num_segments
 

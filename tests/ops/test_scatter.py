@@ -280,6 +280,8 @@ def test_gradcheck_segment_csr_coo(reduce):
     (segment_csr, (T(SRC), T([0, 3, 6])), dict(reduce='std'), ValueError, 'reduce must be one of'),
     # were 'Storage size calculation overflowed' (naming neither the op nor dim_size) and, for a meta index,
     # 'Tensor.item() cannot be called on meta tensors' from the sortedness check
+    (scatter_max, (T(X), T([0, 1, 0, 2])), dict(dim=0, dim_size=2 ** 40), ValueError,
+     r'scatter_max: dim_size=1099511627776 asks for an output of .* more than the .* of memory on cpu; expected a'),
     (scatter_sum, (T(X), T([0, 1, 0, 2])), dict(dim=0, dim_size=2 ** 62), ValueError,
      r"scatter_sum: dim_size=4611686018427387904 gives an output of 4611686018427387904 x 2 "),
     (scatter_max, (T(SRC), T([0, 1, 0, 2 ** 63 - 1, 1, 3])), {}, ValueError,

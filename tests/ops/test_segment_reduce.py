@@ -233,6 +233,9 @@ I = torch.tensor([0, 1, 0, 1, 1, 3])
     ((S, I, None, 'prod'), ValueError, "reduce must be one of"),
     # were 'Storage size calculation overflowed' / a schema type error, naming neither the op nor the argument
     ((S[:, None].repeat(1, 3), I, 2 ** 62), ValueError, r'num_segments=4611686018427387904 gives an output of .* x 3 '),
+    # was the allocator's "DefaultCPUAllocator: can't allocate memory" naming no argument
+    ((S[:, None].repeat(1, 16), I, 2 ** 33), ValueError, r'num_segments=8589934592 asks for an output of 8589934592 x '
+     r'16 \(elements per row of src\) elements = 512.0 GiB, more than the .* of memory on cpu'),
     ((S, torch.tensor([0, 1, 2, 1, 1, 2 ** 63 - 1])), ValueError,
      r'num_segments \(index.max\(\) \+ 1\)=9223372036854775808 gives an output'),
 ])
