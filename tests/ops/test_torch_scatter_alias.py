@@ -125,3 +125,42 @@ def test_compiled_call_still_rejects_a_bad_index():
                        backend='aot_eager')
     with pytest.raises(RuntimeError, match=r'index values must lie in \[0, 4\)'):
         fn(SRC, T([0, 1, 0, 1, 1, 4]))
+
+
+@pytest.mark.parametrize('reduce', ['sum', 'add', 'mean', 'min', 'max'])
+def test_zero_element_inputs_flow_through_every_function(reduce):
+    """(0, 0, 0, 16) values with an empty index / indptr: every function returns (0, 0, 0, 16) and back-propagates."""
+    x = torch.randn(0, 0, 0, 16, dtype=torch.float64, requires_grad=True)
+    index, indptr = torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)
+    for out in (torch_scatter.scatter(x, index, dim=0, dim_size=0, reduce=reduce),
+                torch_scatter.segment_coo(x, index, dim_size=0, reduce=reduce), torch_scatter.gather_coo(x, index),
+                torch_scatter.segment_csr(x, indptr, reduce=reduce), torch_scatter.gather_csr(x, indptr)):
+        assert out.shape == (0, 0, 0, 16)
+        out.backward(torch.randn_like(out))
+
+
+UPSTREAM_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize('dtype', UPSTREAM_DTYPES + [torch.int16, torch.int8, torch.uint8])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'mul', 'min', 'max'])
+def test_every_dtype_on_transposed_inputs(dtype, reduce):
+    """Small integers in every dtype (exact), src and index non-contiguous, against the reference."""
+    from fsdlite.ops.scatter.reference import scatter_reference
+    g = torch.Generator().manual_seed(11)
+    src = torch.randint(1, 4, (3, 8), generator=g).to(dtype).t()  # (8, 3), non-contiguous
+    index = torch.randint(0, 4, (3, 8), generator=g).t()
+    values = torch_scatter.scatter(src, index, 0, dim_size=5, reduce=reduce)
+    expected, _ = scatter_reference(src, index, 0, dim_size=5, reduce=reduce)
+    assert values.dtype == dtype and torch.equal(values, expected)
+    ptr = T([0, 3, 3, 8])
+    assert torch.equal(torch_scatter.segment_csr(src, ptr, reduce=reduce),
+                       torch_scatter.segment_csr(src.contiguous(), ptr, reduce=reduce))
+    assert torch.equal(torch_scatter.gather_csr(src[:3], ptr), torch_scatter.gather_csr(src[:3].contiguous(), ptr))
+
+
+def test_bool_sources_sum_like_torch_scatter():
+    """torch_scatter sums bool / int8 / uint8 sources (scatter_add_); they were refused."""
+    src, index = T([True, False, True, False]), T([0, 0, 1, 2])
+    assert torch_scatter.scatter_sum(src, index).tolist() == [True, True, False]
+    assert torch_scatter.scatter_max(src, index)[0].tolist() == [True, True, False]
