@@ -23,6 +23,8 @@ def reductions() -> List[str]:
 
 def dtype_name(dtype: torch.dtype) -> str:
     """'torch.float32' etc. (TorchScript prints a dtype as its number)."""
+    if not torch.jit.is_scripting():
+        return str(dtype)
     names = ['torch.float32', 'torch.float64', 'torch.float16', 'torch.bfloat16', 'torch.int64', 'torch.int32',
              'torch.int16', 'torch.int8', 'torch.uint8', 'torch.bool']
     dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -30,7 +32,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     for k in range(len(dtypes)):
         if dtype == dtypes[k]:
             return names[k]
-    return 'an unsupported dtype'
+    return 'an unsupported dtype (not a real number type)'
 
 
 def eager_types(op: str, src: Tensor, index: Tensor, index_name: str, dim: int, out: Optional[Tensor],
