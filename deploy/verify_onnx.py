@@ -7,11 +7,14 @@ Detectors run on the real frames present (KITTI 000008, the nuScenes keyframe, s
 frame); VoxelNet and KPConv on the config's synthetic test/val data.  Prints, per input, the max abs/rel
 difference of every graph output (ONNX Runtime vs the same graph in PyTorch) and whether the final predictions
 match the eager PyTorch model (detections after NMS, labels).  Exit status: 0 all verified, 1 a difference beyond
-tolerance or a mismatch (inputs that exceed a bound are reported, not failed), 2 set-up error.
+tolerance or a mismatch (inputs that exceed a bound are reported, not failed), 2 a set-up error or an unusable
+deploy folder (a missing or corrupt model.onnx, a config.py that does not parse: one ``error:`` line), 3 an
+unexpected failure while verifying (with its traceback) -- never the status of a numeric mismatch.
 """
 import argparse
 import os.path as osp
 import sys
+import traceback
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 if REPO_ROOT not in sys.path:
@@ -36,6 +39,10 @@ def main(argv=None):
         checks = verify_deploy(args.dir, args.checkpoint, args.data_root, threads=args.threads)
     except (ToolError, FileNotFoundError, ValueError, KeyError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
+    except Exception:  # noqa: BLE001 -- an internal failure must not read as a numeric mismatch (1)
+        traceback.print_exc()
+        print(f'{parser.prog}: internal error while verifying (traceback above); exit status 3', file=sys.stderr)
+        return 3
     print(format_checks(checks))
     return 0 if all(c.ok for c in checks) else 1
 

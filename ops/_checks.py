@@ -1,17 +1,28 @@
 """Argument validation shared by every op wrapper.
 
 Each helper raises before any kernel runs, with a message that names the op, the
-argument, the offending value and what was expected (``TypeError`` for wrong
-types/dtypes, ``ValueError`` for wrong shapes/values/devices).
+argument, the offending value and what was expected (:class:`OpTypeError` for wrong
+types/dtypes, :class:`OpValueError` for wrong shapes/values/devices). Both are also
+``RuntimeError``s, the type torch and torch_scatter raise for bad arguments, so code
+written for either catches them.
 """
 import functools
 import inspect
 import math
 import numbers
+import os
 
 import torch
 
 INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+class OpValueError(ValueError, RuntimeError):
+    """A bad argument value, shape or device: a ``ValueError`` that is also the ``RuntimeError`` torch raises."""
+
+
+class OpTypeError(TypeError, RuntimeError):
+    """A bad argument type or dtype: a ``TypeError`` that is also the ``RuntimeError`` torch raises."""
 
 
 def tensor(op, name, value, *, dtype=None, dtypes=None, floating=False, dim=None, min_dim=None,
@@ -30,24 +41,24 @@ def tensor(op, name, value, *, dtype=None, dtypes=None, floating=False, dim=None
         size (dict): ``{axis: expected}`` sizes; ``expected`` may be ``(int, 'what')``.
     """
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f'{op}: {name} must be a torch.Tensor, got {type(value).__name__}')
+        raise OpTypeError(f'{op}: {name} must be a torch.Tensor, got {type(value).__name__}')
     if dtype is not None and value.dtype != dtype:
-        raise TypeError(f'{op}: {name} must have dtype {dtype}, got {value.dtype}')
+        raise OpTypeError(f'{op}: {name} must have dtype {dtype}, got {value.dtype}')
     if dtypes is not None and value.dtype not in dtypes:
-        raise TypeError(f'{op}: {name} must have one of the dtypes {list(dtypes)}, got {value.dtype}')
+        raise OpTypeError(f'{op}: {name} must have one of the dtypes {list(dtypes)}, got {value.dtype}')
     if floating and not value.is_floating_point():
-        raise TypeError(f'{op}: {name} must be a floating-point tensor, got {value.dtype}')
+        raise OpTypeError(f'{op}: {name} must be a floating-point tensor, got {value.dtype}')
     if dim is not None and value.dim() != dim:
-        raise ValueError(f'{op}: {name} must be {dim}-D, got shape {tuple(value.shape)}')
+        raise OpValueError(f'{op}: {name} must be {dim}-D, got shape {tuple(value.shape)}')
     if min_dim is not None and value.dim() < min_dim:
-        raise ValueError(f'{op}: {name} must have at least {min_dim} dimensions, got shape {tuple(value.shape)}')
+        raise OpValueError(f'{op}: {name} must have at least {min_dim} dimensions, got shape {tuple(value.shape)}')
     for axis, expected in (size or {}).items():
         what = ''
         if isinstance(expected, tuple):
             expected, what = expected
             what = f' ({what})'
         if value.shape[axis] != expected:
-            raise ValueError(f'{op}: {name}.shape[{axis}] must be {expected}{what}, got shape {tuple(value.shape)}')
+            raise OpValueError(f'{op}: {name}.shape[{axis}] must be {expected}{what}, got shape {tuple(value.shape)}')
     return value
 
 
@@ -56,17 +67,17 @@ def same_device(op, **tensors):
     devices = {name: t.device for name, t in tensors.items() if isinstance(t, torch.Tensor)}
     if len(set(devices.values())) > 1:
         listing = ', '.join(f'{n} on {d}' for n, d in devices.items())
-        raise ValueError(f'{op}: all tensors must be on one device, got {listing}')
+        raise OpValueError(f'{op}: all tensors must be on one device, got {listing}')
 
 
-def index_range(op, name, index, low, high):
-    """Check every value of an integer tensor lies in ``[low, high)``."""
+def index_range(op: str, name: str, index: torch.Tensor, low: int, high: int) -> None:
+    """Check every value of an integer tensor lies in ``[low, high)`` (TorchScript-compatible)."""
     if index.numel() == 0:
         return
     lo, hi = int(index.min()), int(index.max())
     if lo < low or hi >= high:
         bad = lo if lo < low else hi
-        raise ValueError(f'{op}: {name} contains {bad}, expected values in [{low}, {high})')
+        raise OpValueError(f'{op}: {name} contains {bad}, expected values in [{low}, {high})')
 
 
 def finite_positive(op, name, value, *, allow_zero=False):
@@ -77,10 +88,10 @@ def finite_positive(op, name, value, *, allow_zero=False):
         try:
             f = float(v)
         except (TypeError, ValueError):
-            raise TypeError(f'{op}: {name} must be a number or a sequence of numbers, got {value!r}') from None
+            raise OpTypeError(f'{op}: {name} must be a number or a sequence of numbers, got {value!r}') from None
         if not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
             bound = '>= 0' if allow_zero else '> 0'
-            raise ValueError(f'{op}: {name} must be finite and {bound}, got {value!r}')
+            raise OpValueError(f'{op}: {name} must be finite and {bound}, got {value!r}')
         out.append(f)
     return out if isinstance(value, (list, tuple)) else out[0]
 
@@ -89,17 +100,17 @@ def positive_int(op, name, value, *, allow_zero=False):
     """Check ``value`` is a (non-bool) integer > 0 (or >= 0) and return it as int."""
     if isinstance(value, bool) or not isinstance(value, (int,)) and not (
             isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()):
-        raise TypeError(f'{op}: {name} must be an int, got {type(value).__name__} {value!r}')
+        raise OpTypeError(f'{op}: {name} must be an int, got {type(value).__name__} {value!r}')
     value = int(value)
     if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f'{op}: {name} must be {">= 0" if allow_zero else "> 0"}, got {value}')
+        raise OpValueError(f'{op}: {name} must be {">= 0" if allow_zero else "> 0"}, got {value}')
     return value
 
 
 def choice(op, name, value, allowed):
     """Check ``value`` is one of ``allowed``."""
     if value not in allowed:
-        raise ValueError(f'{op}: {name} must be one of {list(allowed)}, got {value!r}')
+        raise OpValueError(f'{op}: {name} must be one of {list(allowed)}, got {value!r}')
     return value
 
 
@@ -107,7 +118,7 @@ def finite(op, name, value):
     """Check every value of a floating tensor is finite (no NaN or inf)."""
     if value.numel() and not bool(torch.isfinite(value).all()):
         bad = value[~torch.isfinite(value)].flatten()[0].item()
-        raise ValueError(f'{op}: {name} must contain only finite values, got {bad}')
+        raise OpValueError(f'{op}: {name} must contain only finite values, got {bad}')
 
 
 def batch_ids(op, name, batch, length, length_what):
@@ -119,7 +130,7 @@ def batch_ids(op, name, batch, length, length_what):
         drops = (batch[1:] < batch[:-1]).nonzero()
         if drops.numel():
             i = int(drops[0, 0])
-            raise ValueError(f'{op}: {name} must be sorted non-decreasing (segment-based batching), '
+            raise OpValueError(f'{op}: {name} must be sorted non-decreasing (segment-based batching), '
                              f'got {name}[{i}]={int(batch[i])} > {name}[{i + 1}]={int(batch[i + 1])}')
     return batch
 
@@ -132,14 +143,14 @@ def point_sets(op, query, support, query_batch, support_batch):
     for name, value in (('query', query), ('support', support)):
         tensor(op, name, value, dtypes=(torch.float32, torch.float64), dim=2)
     if query.shape[1] < 1:
-        raise ValueError(f'{op}: query must have at least one coordinate column (D >= 1), got shape '
+        raise OpValueError(f'{op}: query must have at least one coordinate column (D >= 1), got shape '
                          f'{tuple(query.shape)}')
     if support.dtype != query.dtype:
-        raise TypeError(f'{op}: support must have the dtype of query ({query.dtype}), got {support.dtype}')
+        raise OpTypeError(f'{op}: support must have the dtype of query ({query.dtype}), got {support.dtype}')
     tensor(op, 'support', support, size={1: (query.shape[1], 'query.shape[1], the dimension D')})
     if (query_batch is None) != (support_batch is None):
         given = 'query_batch' if support_batch is None else 'support_batch'
-        raise ValueError(f'{op}: query_batch and support_batch must be given together, got only {given}')
+        raise OpValueError(f'{op}: query_batch and support_batch must be given together, got only {given}')
     # devices first: the sortedness check of batch ids cannot run on a meta tensor
     same_device(op, query=query, support=support, query_batch=query_batch, support_batch=support_batch)
     batch_ids(op, 'query_batch', query_batch, query.shape[0], 'query.shape[0]')
@@ -155,13 +166,13 @@ def float_sequence(op, name, value, length):
     elif hasattr(value, 'tolist') and not isinstance(value, (list, tuple)):
         value = value.tolist()  # numpy arrays
     if not isinstance(value, (list, tuple)) or len(value) != length:
-        raise ValueError(f'{op}: {name} must be a sequence of {length} numbers, got {value!r}')
+        raise OpValueError(f'{op}: {name} must be a sequence of {length} numbers, got {value!r}')
     out = []
     for v in value:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise TypeError(f'{op}: {name} must contain only numbers, got {value!r}')
+            raise OpTypeError(f'{op}: {name} must contain only numbers, got {value!r}')
         if not math.isfinite(v):
-            raise ValueError(f'{op}: {name} must contain only finite numbers, got {value!r}')
+            raise OpValueError(f'{op}: {name} must contain only finite numbers, got {value!r}')
         out.append(float(v))
     return out
 
@@ -170,7 +181,7 @@ def min_size(op, name, value, axis, minimum, what=''):
     """Check ``value.shape[axis] >= minimum`` (``what`` describes the required columns)."""
     if value.shape[axis] < minimum:
         what = f' ({what})' if what else ''
-        raise ValueError(f'{op}: {name}.shape[{axis}] must be >= {minimum}{what}, got shape {tuple(value.shape)}')
+        raise OpValueError(f'{op}: {name}.shape[{axis}] must be >= {minimum}{what}, got shape {tuple(value.shape)}')
     return value
 
 
@@ -183,7 +194,7 @@ def int_sequence(op, name, value, length, minimum=None):
     else:
         values = _general_int_sequence(op, name, value, length)
     if minimum is not None and any(v < minimum for v in values):
-        raise ValueError(f'{op}: {name} must be >= {minimum} on every axis, got {value!r}')
+        raise OpValueError(f'{op}: {name} must be >= {minimum} on every axis, got {value!r}')
     return values
 
 
@@ -194,21 +205,64 @@ def _general_int_sequence(op, name, value, length):
         values = values.tolist()
     if not isinstance(values, (list, tuple)) or len(values) != length or any(
             isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in values):
-        raise TypeError(f'{op}: {name} must be an int or a sequence of {length} ints, got {value!r}')
+        raise OpTypeError(f'{op}: {name} must be an int or a sequence of {length} ints, got {value!r}')
     return [int(v) for v in values]
 
 
 INT64_MAX = 2 ** 63 - 1
 
 
-def output_rows(op, name, value, row_numel, row_what):
-    """Check an output of ``value`` rows of ``row_numel`` elements each can exist (element count fits in int64).
+def output_rows(op: str, name: str, value: int, row_numel: int, row_what: str) -> int:
+    """Check an output of ``value`` rows of ``row_numel`` elements each can exist (element count fits in int64;
+    TorchScript-compatible).
 
     ``value`` is the argument (``name``) that sets the number of rows; ``row_what`` says what sets a row's size.
     """
-    if value > INT64_MAX or value * max(int(row_numel), 1) > INT64_MAX:
-        raise ValueError(f'{op}: {name}={value} gives an output of {value} x {row_numel} ({row_what}) elements, '
-                         f'more than int64 can count; expected {name} * {max(int(row_numel), 1)} < 2^63')
+    per_row = max(int(row_numel), 1)
+    if value > 9223372036854775807 // per_row:  # INT64_MAX (TorchScript reads no global constants)
+        raise OpValueError(f'{op}: {name}={value} gives an output of {value} x {row_numel} ({row_what}) elements, '
+                           f'more than int64 can count; expected {name} * {per_row} < 2^63')
+    return value
+
+
+def device_memory_bytes(device):
+    """Total memory of a device in bytes (CPU: physical RAM; CUDA: the card's memory), or None where unknown
+    ('meta', other backends). Reads no tensor and never synchronises."""
+    device = torch.device(device)
+    if device.type == 'cpu':
+        try:
+            return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+        except (ValueError, OSError, AttributeError):
+            return None
+    if device.type == 'cuda':
+        return torch.cuda.get_device_properties(device).total_memory
+    return None
+
+
+def _bytes(n):
+    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
+        if n < 1024 or unit == 'TiB':
+            return f'{n:.0f} {unit}' if unit == 'B' else f'{n:.1f} {unit}'
+        n /= 1024
+
+
+def output_memory(op, name, value, row_numel, row_what, element_size, device):
+    """:func:`output_rows`, then check the output (``element_size`` bytes per element) fits in the device's total
+    memory: a size no allocation can satisfy is reported naming the argument, instead of the allocator's
+    'can't allocate memory' that names none.
+
+    Returns:
+        int: ``value``.
+    """
+    output_rows(op, name, value, row_numel, row_what)
+    if torch.compiler.is_compiling():  # traced graphs meet the allocator's own error at run time
+        return value
+    total = device_memory_bytes(device)
+    needed = value * max(int(row_numel), 1) * element_size
+    if total is not None and needed > total:
+        raise OpValueError(f'{op}: {name}={value} asks for an output of {value} x {row_numel} ({row_what}) elements '
+                           f'= {_bytes(needed)}, more than the {_bytes(total)} of memory on {torch.device(device)}; '
+                           f'expected a smaller {name}')
     return value
 
 

@@ -34,6 +34,28 @@ def shared_data():
     return path
 
 
+KITTI_CALIB = 'P2: 1 0 0 0 0 1 0 0 0 0 1 0\nR0_rect: 1 0 0 0 1 0 0 0 1\nTr_velo_to_cam: 0 -1 0 0 0 0 -1 0 1 0 0 0\n'
+KITTI_LABEL = 'Car 0.00 0 -1.58 587.01 173.33 614.12 200.12 1.65 1.67 3.64 -0.65 1.71 16.70 -1.59\n'
+
+
+def write_kitti_layout(root, points=b'', label=KITTI_LABEL, calib=KITTI_CALIB, frames=('000000',)):
+    """A KITTI training layout (velodyne, label_2, calib) under ``root`` with the given file contents per frame."""
+    for sub in ('velodyne', 'label_2', 'calib'):
+        (root / 'training' / sub).mkdir(parents=True, exist_ok=True)
+    for frame in frames:
+        (root / 'training' / 'velodyne' / f'{frame}.bin').write_bytes(points)
+        (root / 'training' / 'label_2' / f'{frame}.txt').write_text(label)
+        (root / 'training' / 'calib' / f'{frame}.txt').write_text(calib)
+    return root
+
+
+@pytest.fixture
+def kitti_layout():
+    """:func:`write_kitti_layout` (with ``KITTI_LABEL`` / ``KITTI_CALIB`` as ``.label`` / ``.calib``)."""
+    write_kitti_layout.label, write_kitti_layout.calib = KITTI_LABEL, KITTI_CALIB
+    return write_kitti_layout
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -86,13 +86,10 @@ class Timer:
 
 
 def set_max_iters(cfg, max_iters):
-    """Set ``train_cfg.max_iters`` and stretch schedulers that ended at the old value to the new one."""
-    old = cfg.train_cfg.max_iters
-    cfg.train_cfg.max_iters = max_iters
-    for scheduler in cfg.get('param_scheduler') or []:
-        for key in ('end', 'T_max'):
-            if scheduler.get(key) == old:
-                scheduler[key] = max_iters
+    """Set ``train_cfg.max_iters`` and rescale the schedule with it (:func:`fsdlite.engine.schedule.rescale_schedule`,
+    the one rescaler of every tool)."""
+    from fsdlite.engine.schedule import rescale_schedule
+    rescale_schedule(cfg, max_iters)
 
 
 def pregenerate(dataset, what):

@@ -5,6 +5,7 @@ Examples::
 
     python tools/train.py configs/segmentation/sparse_segmentor_synthetic.py --work-dir work_dirs/seg
     python tools/train.py CONFIG --cfg-options train_cfg.max_iters=4 --resume            # latest checkpoint
+    python tools/train.py CONFIG --cfg-options load_from=other.pth --partial-load       # matching weights only
     torchrun --nproc-per-node 2 tools/train.py CONFIG --launcher pytorch                  # gloo on CPU
 """
 import argparse
@@ -18,8 +19,8 @@ if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (exam
 from fsdlite.engine.distributed import shutdown_distributed  # noqa: E402
 from fsdlite.engine.errors import ToolError  # noqa: E402
 from fsdlite.engine.tool_setup import (CheckpointMismatchError, add_runner_args, build_runner,  # noqa: E402
-                                       check_schedule, enable_amp, load_config, load_weights, parse_runner_args,
-                                       prepare_runner_cfg, require_file, runner_model)
+                                       check_schedule, enable_amp, latest_checkpoint, load_config, load_weights,
+                                       parse_runner_args, prepare_runner_cfg, require_file, runner_model)
 from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
@@ -32,6 +33,9 @@ def parse_args(argv=None):
     parser.add_argument('--amp', action='store_true', help='automatic mixed precision (CUDA only)')
     parser.add_argument('--resume', nargs='?', const='auto', default=None, metavar='PATH',
                         help='resume from PATH, or from the latest checkpoint in the work dir when no PATH is given')
+    parser.add_argument('--partial-load', action='store_true',
+                        help='load a load_from checkpoint non-strictly, copying only the weights whose names and '
+                             'shapes match (default: a checkpoint of another config is an error)')
     args = parse_runner_args(parser, argv)
     return parser, args
 
@@ -57,10 +61,11 @@ def main(argv=None):
         if args.amp:
             enable_amp(cfg)
         if args.resume == 'auto':
+            latest_checkpoint(cfg.work_dir)  # a damaged last_checkpoint file is an error, not a traceback
             cfg.resume, cfg.load_from = True, None
         elif args.resume is not None:
             cfg.resume, cfg.load_from = True, require_file(args.resume, '--resume checkpoint')
-        runner = build_runner(cfg)
+        runner = build_runner(cfg, strict_load=not args.partial_load)
         if args.resume not in (None, 'auto'):
             check_resume(runner, args.resume, args.config)
         runner.train()

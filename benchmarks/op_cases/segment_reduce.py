@@ -1,6 +1,6 @@
 """segment_reduce (C++) vs its pure-torch reference and torch.Tensor.scatter_reduce (include_self=False).
 
-~1M points x 16 features reduced into ~200k voxels (forward), plus max forward + backward.
+~1M points x 16 features reduced into ~200k voxels (forward), plus max and mul (product) forward + backward.
 Peak memory per variant (max) in a fresh subprocess.
 """
 import sys
@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _scaffold import case  # noqa: E402
 
-MODES = {'sum': 'sum', 'mean': 'mean', 'max': 'amax'}
+MODES = {'sum': 'sum', 'mean': 'mean', 'max': 'amax', 'mul': 'prod'}
 
 
 def inputs(rows, width, segments, requires_grad=False, seed=0):
@@ -30,6 +30,8 @@ def forward(variant, reduce, src, index, segments):
         from fsdlite.ops.segment_reduce.reference import segment_reduce_reference
         return segment_reduce_reference(src, index, segments, reduce)[0]
     idx = index.view(-1, 1).expand_as(src)
+    if reduce == 'mul':  # empty product 1, as the op
+        return src.new_ones(segments, src.shape[1]).scatter_reduce(0, idx, src, 'prod')
     return src.new_zeros(segments, src.shape[1]).scatter_reduce(0, idx, src, MODES[reduce], include_self=False)
 
 
@@ -47,11 +49,12 @@ def work(variant, reduce, rows, width, segments, backward=False):
 
 
 def cases(quick):
-    """Benchmark cases (see ``benchmarks/ops.py``): sum, mean, max forward and max forward + backward, 1M rows into
-    200k segments; ``quick``: 5k rows, 1k segments."""
+    """Benchmark cases (see ``benchmarks/ops.py``): sum, mean, max, mul forward and max, mul forward + backward, 1M
+    rows into 200k segments; ``quick``: 5k rows, 1k segments."""
     rows, width, segments = (5_000, 16, 1_000) if quick else (1_000_000, 16, 200_000)
     variants = ('reference', 'scatter_reduce', 'fsdlite')
     return [case(f'segment_reduce {reduce}{" fwd+bwd" if backward else ""}', f'N={rows} F={width} S={segments}', work,
                  variants, 'reference', measure_memory=reduce == 'max' and not backward, reduce=reduce, rows=rows,
                  width=width, segments=segments, backward=backward)
-            for reduce, backward in (('sum', False), ('mean', False), ('max', False), ('max', True))]
+            for reduce, backward in (('sum', False), ('mean', False), ('max', False), ('max', True), ('mul', False),
+                                     ('mul', True))]

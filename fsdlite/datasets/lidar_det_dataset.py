@@ -12,6 +12,7 @@ import torch
 from mmengine.dataset import BaseDataset
 
 from ..registry import TRANSFORMS
+from ..utils.errors import DataError
 from fsdlite.utils.drop_report import report_dropped
 from .transforms._fields import COUNTERS
 
@@ -47,6 +48,20 @@ class LidarDetDataset(BaseDataset):
     def __init__(self, pipeline=(), **kwargs):
         super().__init__(pipeline=build_pipeline(pipeline), **kwargs)
 
+    def _data_error(self, exc, where):
+        """A reader's ValueError (bad label line, calib, info file, point file) as a :class:`DataError`, which the
+        tools print as one line; the original stays chained for debugging."""
+        if isinstance(exc, DataError):
+            return exc
+        return DataError(f'{type(self).__name__} {where}: {exc}')
+
+    def full_init(self):
+        """mmengine's ``full_init`` (reads the data list); a malformed annotation raises :class:`DataError`."""
+        try:
+            super().full_init()
+        except ValueError as exc:
+            raise self._data_error(exc, 'could not read its annotations') from exc
+
     @property
     def classes(self):
         """Tuple of annotated class names; label ``len(classes)`` is background."""
@@ -66,7 +81,10 @@ class LidarDetDataset(BaseDataset):
         """The results dict of sample ``idx`` before the pipeline (used by the GT-database tool)."""
         info = self.get_data_info(idx)
         results = dict(info)
-        results.update(self.load_sample(info))
+        try:
+            results.update(self.load_sample(info))
+        except ValueError as exc:
+            raise self._data_error(exc, f'sample {idx}') from exc
         results['points'] = _tensor(results['points'], torch.float32)
         results['gt_bboxes_3d'] = _tensor(results.get('gt_bboxes_3d', np.zeros((0, 7))), torch.float32).reshape(-1, 7)
         results['gt_labels_3d'] = _tensor(results.get('gt_labels_3d', np.zeros(0)), torch.long)

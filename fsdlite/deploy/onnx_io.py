@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils.errors import ToolError
 from .translations import custom_translations
 
 DEFAULT_OPSET = 18
@@ -67,7 +68,12 @@ class OrtGraph:
         options.add_session_config_entry('session.intra_op.allow_spinning', '0')
         options.log_severity_level = 3  # constant-folding notices about CastLike are harmless
         self.path = str(path)
-        self.session = ort.InferenceSession(self.path, options, providers=['CPUExecutionProvider'])
+        try:
+            self.session = ort.InferenceSession(self.path, options, providers=['CPUExecutionProvider'])
+        except Exception as exc:  # onnxruntime's errors (InvalidProtobuf, InvalidArgument, ...) subclass Exception
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ToolError(f'ONNX model {self.path!r} could not be loaded by ONNX Runtime ({detail}); expected a '
+                            'graph written by deploy/export_onnx.py (re-export it)') from exc
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from ..engine.tool_setup import read_config
 from .adapter import adapter_class
 from .exporter import FORMAT
 from .onnx_io import OrtGraph
@@ -59,13 +60,17 @@ def read_deploy_info(directory):
     return info
 
 
+def read_deploy_config(directory, info):
+    """The folder's ``config.py`` (the model config the graph was exported from); a file that does not parse raises
+    ToolError naming it."""
+    return read_config(str(Path(directory) / info['config']), 'deploy config')
+
+
 def build_host(directory, info, bounds=None):
     """The adapter whose model provides the pre/post-ops (config of the folder, random weights: unused), for the
     folder's bounds or the given ``bounds`` (a capacity tier's)."""
-    from mmengine.config import Config
-
     from .exporter import adapter_with_bounds
-    cfg = Config.fromfile(str(Path(directory) / info['config']))
+    cfg = read_deploy_config(directory, info)
     return adapter_with_bounds(adapter_class(info['model_type']), cfg.model,
                                info['bounds'] if bounds is None else bounds, info['batch_size'],
                                host_state=info.get('host_state', {}))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .exporter import adapter_with_bounds, prepare
-from .runtime import DeployedModel
+from .runtime import DeployedModel, read_deploy_config
 
 #: largest PyTorch float32 vs float64 distance for which the float64 check is trusted (same discrete decisions)
 FLOAT64_SAME_BRANCH = 1e-2
@@ -156,13 +156,12 @@ def verify_deploy(directory, checkpoint=None, data_root=None, frames=None, threa
     Raises:
         ValueError: there is no input to verify on.
     """
-    from mmengine.config import Config
     deployed = DeployedModel(directory, threads)
     adapter, frames = reference_adapter(deployed.directory, deployed.info, checkpoint, data_root, frames)
     if not frames:
         raise ValueError(f'no verification input for {deployed.info["model_type"]}: no real frame under the data '
                          'root and no dataset in the config')
-    model_cfg = Config.fromfile(str(deployed.directory / deployed.info['config'])).model
+    model_cfg = read_deploy_config(deployed.directory, deployed.info).model
     references = {tier.scale: adapter_with_bounds(type(adapter), model_cfg, tier.bounds, adapter.batch_size,
                                                   adapter.model.state_dict(), adapter.host_state())
                   for tier in deployed.tiers[:-1]}  # the same weights at each tier's bounds

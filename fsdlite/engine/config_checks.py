@@ -1,5 +1,8 @@
-"""Validation of ``--cfg-options`` overrides (mmengine would silently add a misspelt key)."""
+"""Validation of configs and of ``--cfg-options`` overrides: a misspelt key (mmengine would silently add it) and
+values mmengine would train with silently or fail on deep inside (a string learning rate, 0 classes, a validation
+interval of 0)."""
 import difflib
+import math
 from collections.abc import Mapping
 
 from .errors import ToolError
@@ -70,4 +73,57 @@ def check_cfg_options(cfg, options, allow_new_keys=False):
             'Pass --allow-new-cfg-keys to add new keys on purpose.')
 
 
-__all__ = ['UnknownConfigKeyError', 'check_cfg_options', 'config_keys']
+class ConfigValueError(ToolError, ValueError):
+    """A config entry has a value training cannot use."""
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_int(key, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigValueError(f'{key}={value!r}: expected an integer >= {minimum}')
+
+
+OPTIMIZER_NUMBERS = ('lr', 'weight_decay', 'momentum', 'eps', 'dampening', 'alpha')
+
+
+def check_config_values(cfg):
+    """Raise :class:`ConfigValueError` for values training cannot use, naming the dotted key and what was expected:
+
+    * ``train_cfg.max_iters`` / ``max_epochs`` / ``val_interval``: integers >= 1 (0 iterations would 'train' nothing
+      and exit 0; a validation interval of 0 divides by zero after the first iteration);
+    * ``optim_wrapper.optimizer``: ``lr``, ``weight_decay``, ``momentum``, ``eps`` ... finite numbers >= 0 and
+      ``betas`` two numbers in [0, 1) (a string lr failed inside torch.optim with a TypeError);
+    * every ``num_classes`` under ``model``: an integer >= 1 (0 classes failed in the loss of the first batch).
+
+    Returns:
+        the config.
+    """
+    train_cfg = cfg.get('train_cfg') or {}
+    for key in ('max_iters', 'max_epochs', 'val_interval'):
+        if train_cfg.get(key) is not None:
+            _check_int(f'train_cfg.{key}', train_cfg[key])
+    optimizer = (cfg.get('optim_wrapper') or {}).get('optimizer') or {}
+    if isinstance(optimizer, Mapping):
+        for key in OPTIMIZER_NUMBERS:
+            if key in optimizer and not (_is_number(optimizer[key]) and optimizer[key] >= 0):
+                raise ConfigValueError(f'optim_wrapper.optimizer.{key}={optimizer[key]!r}: expected a finite number '
+                                       '>= 0')
+        betas = optimizer.get('betas')
+        if betas is not None and not (isinstance(betas, (list, tuple)) and len(betas) == 2 and
+                                      all(_is_number(b) and 0 <= b < 1 for b in betas)):
+            raise ConfigValueError(f'optim_wrapper.optimizer.betas={betas!r}: expected two numbers in [0, 1)')
+    model = cfg.get('model')
+    for key in config_keys(model or {}, 'model.'):
+        if key.rsplit('.', 1)[-1] == 'num_classes':
+            node = model
+            for part in key.split('.')[1:]:
+                node = node[int(part)] if isinstance(node, (list, tuple)) else node[part]
+            if node is not None:
+                _check_int(key, node)
+    return cfg
+
+
+__all__ = ['UnknownConfigKeyError', 'ConfigValueError', 'check_cfg_options', 'check_config_values', 'config_keys']

@@ -1,8 +1,5 @@
-"""Errors that the command-line tools report as one clear line instead of a traceback."""
+"""Errors that the command-line tools report as one clear line instead of a traceback (defined in
+:mod:`fsdlite.utils.errors`, so that datasets and models can raise them too)."""
+from ..utils.errors import DataError, ToolError
 
-
-class ToolError(RuntimeError):
-    """A user-facing set-up problem (bad option, missing file, unusable environment)."""
-
-
-__all__ = ['ToolError']
+__all__ = ['ToolError', 'DataError']

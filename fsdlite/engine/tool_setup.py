@@ -10,10 +10,11 @@ from mmengine.config import Config, DictAction
 
 from fsdlite import registry  # noqa: F401  (applies the torch>=2.6 checkpoint-loading fix)
 
-from .config_checks import check_cfg_options
-from .distributed import LAUNCHERS, setup_cpu_distributed
 from .checkpoint import CheckpointMismatchError, load_weights, read_state_dict  # noqa: F401  (tool imports)
+from .config_checks import check_cfg_options, check_config_values
+from .distributed import LAUNCHERS, setup_cpu_distributed
 from .errors import ToolError
+from .schedule import apply_max_iters_override
 
 
 class CfgOptionsAction(DictAction):
@@ -117,7 +118,10 @@ def parse_runner_args(parser, argv=None):
 
 
 def load_config(path, cfg_options=None, allow_new_keys=False):
-    """Load a config file and apply validated ``--cfg-options`` overrides.
+    """Load a config file, apply validated ``--cfg-options`` overrides and check its values.
+
+    An override of ``train_cfg.max_iters`` (or of the config's ``max_iters`` variable) rescales the schedule with
+    it and says so in the log (:func:`fsdlite.engine.schedule.apply_max_iters_override`).
 
     Args:
         path (str): config file.
@@ -127,14 +131,17 @@ def load_config(path, cfg_options=None, allow_new_keys=False):
         mmengine.Config
     Raises:
         FileNotFoundError: the config does not exist.
-        ToolError: the config cannot be parsed.
+        ToolError: the config cannot be parsed, or a value cannot be used
+            (:func:`fsdlite.engine.config_checks.check_config_values`).
         UnknownConfigKeyError: an override key is not in the config.
     """
     cfg = read_config(path)
     check_cfg_options(cfg, cfg_options, allow_new_keys)
     if cfg_options:
+        old = (cfg.get('train_cfg') or {}).get('max_iters')
         cfg.merge_from_dict(cfg_options)
-    return cfg
+        apply_max_iters_override(cfg, cfg_options, old)
+    return check_config_values(cfg)
 
 
 def read_config(path, what='config file'):
@@ -168,14 +175,9 @@ def prepare_runner_cfg(cfg, config_path, work_dir=None, launcher='none'):
 
 
 def check_schedule(cfg):
-    """Raise ToolError unless ``train_cfg.max_iters`` / ``max_epochs`` (where set) is an integer >= 1 (mmengine
-    would otherwise 'train' zero iterations and exit 0)."""
-    train_cfg = cfg.get('train_cfg') or {}
-    for key in ('max_iters', 'max_epochs'):
-        value = train_cfg.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ToolError(f'train_cfg.{key}={value!r}: expected an integer >= 1')
-    return cfg
+    """:func:`fsdlite.engine.config_checks.check_config_values` again, for a tool that changed the config after
+    :func:`load_config` (e.g. ``tools/demo.py --max-iters``); returns the config."""
+    return check_config_values(cfg)
 
 
 def enable_amp(cfg):
@@ -192,12 +194,24 @@ def enable_amp(cfg):
     cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
 
 
-def build_runner(cfg):
-    """``Runner.from_cfg`` (or the registered ``runner_type``)."""
+def build_runner(cfg, strict_load=True):
+    """``Runner.from_cfg`` (or the registered ``runner_type``).
+
+    A ``load_from`` checkpoint (without ``resume``) is loaded strictly here: one of another config raises
+    :class:`CheckpointMismatchError` naming the keys that differ, where mmengine would load it non-strictly and
+    train from random weights. ``strict_load=False`` (``tools/train.py --partial-load``) keeps mmengine's
+    non-strict load, which copies the weights whose names and shapes match.
+    """
     from mmengine.runner import Runner
-    if 'runner_type' in cfg:
-        return registry.RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+    runner = registry.RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    load_from = cfg.get('load_from')
+    if load_from and not cfg.get('resume'):
+        if strict_load:
+            load_weights(runner_model(runner), load_from, cfg.filename or 'of this run', 'load_from checkpoint')
+        else:
+            runner.logger.warning(f'load_from {load_from!r} is loaded non-strictly (--partial-load): weights whose '
+                                  'name or shape differs keep their initial values')
+    return runner
 
 
 def require_file(path, what):
@@ -209,6 +223,28 @@ def require_file(path, what):
     return path
 
 
+def latest_checkpoint(work_dir):
+    """The checkpoint ``work_dir/last_checkpoint`` names (what ``--resume`` without a path resumes), or None when
+    there is no such file.
+
+    Raises:
+        ToolError: the file is not the UTF-8 text mmengine writes, or names no existing file.
+    """
+    path = osp.join(work_dir, 'last_checkpoint')
+    if not osp.isfile(path):
+        return None
+    advice = 'delete it to start afresh, or pass --resume CHECKPOINT'
+    try:
+        with open(path, encoding='utf-8') as f:
+            named = f.read().strip()
+    except UnicodeDecodeError:
+        raise ToolError(f'{path} holds binary data; expected the text file mmengine writes there, naming the latest '
+                        f'checkpoint ({advice})') from None
+    if not named or not osp.isfile(named):
+        raise ToolError(f'{path} names {named!r}, which is not a checkpoint file ({advice})')
+    return named
+
+
 def runner_model(runner):
     """The runner's model without its DDP wrapper."""
     from mmengine.model import is_model_wrapper
@@ -217,4 +253,4 @@ def runner_model(runner):
 
 __all__ = ['CheckpointMismatchError', 'CfgOptionsAction', 'number', 'in_dir', 'out_dir', 'out_file', 'add_runner_args',
            'parse_runner_args', 'load_config', 'read_config', 'prepare_runner_cfg', 'check_schedule', 'enable_amp',
-           'build_runner', 'require_file', 'read_state_dict', 'load_weights', 'runner_model']
+           'build_runner', 'require_file', 'read_state_dict', 'load_weights', 'latest_checkpoint', 'runner_model']

@@ -4,25 +4,8 @@ import os.path as osp
 
 from mmengine.config import Config
 
+from ..engine.schedule import rescale_schedule
 from .errors import is_finite_positive
-
-
-def rescale_schedule(cfg, iters):
-    """Run the config's schedule in ``iters`` iterations: ``max_iters`` and every scheduler milestone
-    (``begin``/``end``/``T_max``/``milestones``, iteration-based) scaled by ``iters / max_iters``."""
-    old = int(cfg.train_cfg.get('max_iters') or iters)
-    scale = iters / max(old, 1)
-    cfg.train_cfg.max_iters = iters
-    if 'max_iters' in cfg:
-        cfg.max_iters = iters
-    schedulers = cfg.get('param_scheduler') or []
-    for sched in (schedulers if isinstance(schedulers, (list, tuple)) else [schedulers]):
-        for key in ('begin', 'end', 'T_max'):
-            if isinstance(sched.get(key), int):
-                sched[key] = max(1, round(sched[key] * scale)) if sched[key] else 0
-        if isinstance(sched.get('milestones'), (list, tuple)):
-            sched['milestones'] = [max(1, round(m * scale)) for m in sched['milestones']]
-    return cfg
 
 
 def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None, distill=None):
@@ -81,4 +64,4 @@ def evaluate(config_path, checkpoint, work_dir, cfg_options=None, split='test'):
     return dict(build_runner(cfg).test())
 
 
-__all__ = ['rescale_schedule', 'finetune', 'evaluate']
+__all__ = ['finetune', 'evaluate']

@@ -11,6 +11,7 @@ import numbers
 import torch
 
 from .. import _checks
+from .._checks import OpTypeError, OpValueError
 from ..build import load_family
 
 load_family('connected_components')
@@ -30,8 +31,8 @@ def _thresholds(threshold, device):
     if isinstance(threshold, torch.Tensor):
         _checks.tensor(_OP, 'threshold', threshold, floating=True)
         if threshold.dim() > 1:
-            raise ValueError(f'{_OP}: threshold must be a scalar or a (C,) per-class tensor, got shape '
-                             f'{tuple(threshold.shape)}')
+            raise OpValueError(f'{_OP}: threshold must be a scalar or a (C,) per-class tensor, got shape '
+                               f'{tuple(threshold.shape)}')
         per_class = threshold.dim() == 1
         values = threshold.detach().reshape(-1).double().cpu().tolist()
     elif isinstance(threshold, (list, tuple)):
@@ -39,9 +40,9 @@ def _thresholds(threshold, device):
     elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
         per_class, values = False, [threshold]
     else:
-        raise TypeError(f'{_OP}: threshold must be a number or a (C,) tensor, got {type(threshold).__name__}')
+        raise OpTypeError(f'{_OP}: threshold must be a number or a (C,) tensor, got {type(threshold).__name__}')
     if per_class and not values:
-        raise ValueError(f'{_OP}: a per-class threshold needs at least one class, got {threshold!r}')
+        raise OpValueError(f'{_OP}: a per-class threshold needs at least one class, got {threshold!r}')
     values = _checks.finite_positive(_OP, 'threshold', values, allow_zero=True)
     return torch.tensor(values, dtype=torch.float64, device=device), per_class
 
@@ -79,7 +80,7 @@ def connected_components(points, threshold, batch=None, class_ids=None, metric='
     thresholds, per_class = _thresholds(threshold, points.device)
     if per_class:
         if class_ids is None:
-            raise ValueError(f'{_OP}: a per-class threshold (C={len(thresholds)}) needs class_ids')
+            raise OpValueError(f'{_OP}: a per-class threshold (C={len(thresholds)}) needs class_ids')
         _checks.index_range(_OP, 'class_ids', class_ids, 0, len(thresholds))
     coords = points[:, :ndim]
     _checks.finite(_OP, 'points', coords)
@@ -88,8 +89,8 @@ def connected_components(points, threshold, batch=None, class_ids=None, metric='
         max_abs = float(coords.abs().max())
         smallest = float(positive.min())
         if max_abs * math.sqrt(ndim) / (smallest * (1 - 1e-7)) >= _MAX_CELL:
-            raise ValueError(f'{_OP}: threshold={smallest!r} is too small for coordinates of magnitude {max_abs!r} '
-                             f'(grid cell indices would overflow); expected threshold > {2 * max_abs / _MAX_CELL!r}')
+            raise OpValueError(f'{_OP}: threshold={smallest!r} is too small for coordinates of magnitude {max_abs!r} '
+                               f'(grid cell indices would overflow); expected threshold > {2 * max_abs / _MAX_CELL!r}')
     with torch.no_grad():
         labels, num = torch.ops.fsdlite.connected_components(points, thresholds, batch, class_ids, ndim, per_class)
     return labels, int(num)

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 
 load_family('grid_subsample')
@@ -75,7 +76,7 @@ def grid_subsample(points, voxel_size, batch=None, features=None, labels=None):
     _checks.tensor(_OP, 'points', points, dtypes=(torch.float32, torch.float64), dim=2, size={1: (3, 'x, y, z')})
     sizes = voxel_size if isinstance(voxel_size, (list, tuple)) else [voxel_size] * 3
     if len(sizes) != 3:
-        raise ValueError(f'{_OP}: voxel_size must be a number or 3 numbers, got {voxel_size!r}')
+        raise OpValueError(f'{_OP}: voxel_size must be a number or 3 numbers, got {voxel_size!r}')
     sizes = _checks.finite_positive(_OP, 'voxel_size', list(sizes))
     _checks.same_device(_OP, points=points, batch=batch, features=features, labels=labels)
     _checks.finite(_OP, 'points', points)

@@ -17,6 +17,7 @@ same label and sample, for :func:`batched_nms_bev`) has IoU **strictly greater**
 import torch
 
 from .. import _checks
+from .._checks import OpTypeError, OpValueError
 from ..build import load_family
 
 load_family('iou3d')
@@ -42,8 +43,8 @@ def check_boxes(op, name, boxes):
     negative = (boxes[:, 3:5] < 0).nonzero()
     if negative.numel():
         row, col = (int(v) for v in negative[0])
-        raise ValueError(f'{op}: {name} must have sizes l, w >= 0, got {name}[{row}, {col + 3}]='
-                         f'{boxes[row, col + 3].item()}')
+        raise OpValueError(f'{op}: {name} must have sizes l, w >= 0, got {name}[{row}, {col + 3}]='
+                           f'{boxes[row, col + 3].item()}')
     return boxes
 
 
@@ -52,7 +53,7 @@ def _iou(boxes_a, boxes_b, axis_aligned):
     check_boxes(_IOU_OP, 'boxes_a', boxes_a)
     check_boxes(_IOU_OP, 'boxes_b', boxes_b)
     if boxes_b.dtype != boxes_a.dtype:
-        raise TypeError(f'{_IOU_OP}: boxes_b must have the dtype of boxes_a ({boxes_a.dtype}), got {boxes_b.dtype}')
+        raise OpTypeError(f'{_IOU_OP}: boxes_b must have the dtype of boxes_a ({boxes_a.dtype}), got {boxes_b.dtype}')
     with torch.no_grad():
         return torch.ops.fsdlite.boxes_iou_bev(boxes_a, boxes_b, axis_aligned)
 
@@ -98,7 +99,7 @@ def _nms(op, boxes, scores, labels, batch, iou_threshold, pre_max, post_max, axi
     batch = _optional_ids(op, 'batch', batch, n)
     iou_threshold = _checks.finite_positive(op, 'iou_threshold', iou_threshold, allow_zero=True)
     if iou_threshold > 1:
-        raise ValueError(f'{op}: iou_threshold must lie in [0, 1], got {iou_threshold!r}')
+        raise OpValueError(f'{op}: iou_threshold must lie in [0, 1], got {iou_threshold!r}')
     pre_max = None if pre_max is None else _checks.positive_int(op, 'pre_max', pre_max, allow_zero=True)
     post_max = None if post_max is None else _checks.positive_int(op, 'post_max', post_max, allow_zero=True)
     with torch.no_grad():
@@ -163,7 +164,7 @@ def batched_nms_bev(boxes, scores, labels, iou_threshold, pre_max=None, post_max
         (ties: lower index first).
     """
     if labels is None:
-        raise TypeError('batched_nms_bev: labels must be a (N,) int64 tensor, got None (use nms_bev without labels)')
+        raise OpTypeError('batched_nms_bev: labels must be a (N,) int64 tensor, got None (use nms_bev without labels)')
     return _nms('batched_nms_bev', boxes, scores, labels, batch, iou_threshold, pre_max, post_max, axis_aligned)
 
 

@@ -61,7 +61,8 @@ def knn(query, support, k, query_batch=None, support_batch=None):
     """
     _checks.point_sets(_OP, query, support, query_batch, support_batch)
     k = _checks.positive_int(_OP, 'k', k)
-    _checks.output_rows(_OP, 'k', k, query.shape[0], 'the queries, query.shape[0]')
+    _checks.output_memory(_OP, 'k', k, query.shape[0], 'the queries, query.shape[0]', 8 + query.element_size(),
+                          query.device)  # int64 index + distance
     return torch.ops.fsdlite.knn(query, support, k, query_batch, support_batch)
 
 

@@ -12,6 +12,7 @@ kept.  Gradients flow to the features, D and A (not to positions or kernel point
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 from ..kpconv import AGGREGATIONS, INFLUENCES, check_geometry
 from ..kpconv._glue import grad_fakes, register_kp_autograd
@@ -61,7 +62,7 @@ def _check_grouped(op, name, weights, features, rows, slots, slots_what):
                    size={0: (rows, 'M'), 1: (slots, slots_what)})
     w, c = weights.shape[2], features.shape[1]
     if w < 1 or c % w:
-        raise ValueError(f'{op}: {name}.shape[2] (weight groups, got {w}) must divide the {c} feature channels')
+        raise OpValueError(f'{op}: {name}.shape[2] (weight groups, got {w}) must divide the {c} feature channels')
 
 
 def kp_aggregate(q_pts, s_pts, neighbors, features, kernel_points, depthwise=None, gen_weights=None, sigma=1.0,

@@ -9,6 +9,7 @@ or per-query, for deformable KPConv) and ``modulations``; positions and indices 
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 from ._glue import register_kp_autograd
 
@@ -32,7 +33,8 @@ register_kp_autograd(_OP, (3, 4, 5, 6))
 def check_geometry(op, q_pts, s_pts, neighbors, kernel_points, features, sigma, influence, aggregation):
     """Validate the geometry arguments shared by the kernel-point ops; returns int64 ``neighbors``.
 
-    Raises TypeError/ValueError naming the argument, its value and what was expected.
+    Raises OpTypeError/OpValueError naming the argument, its value and what was expected (positions must be
+    finite).
     """
     _checks.tensor(op, 'features', features, dtypes=(torch.float32, torch.float64), dim=2)
     dtype = features.dtype
@@ -44,10 +46,12 @@ def check_geometry(op, q_pts, s_pts, neighbors, kernel_points, features, sigma, 
     _checks.tensor(op, 'kernel_points', kernel_points, dtype=dtype)
     if kernel_points.dim() not in (2, 3) or kernel_points.shape[-1] != 3 or kernel_points.shape[-2] < 1 or (
             kernel_points.dim() == 3 and kernel_points.shape[0] != q_pts.shape[0]):
-        raise ValueError(f'{op}: kernel_points must be (K, 3) or (M={q_pts.shape[0]}, K, 3) with K >= 1, '
-                         f'got shape {tuple(kernel_points.shape)}')
+        raise OpValueError(f'{op}: kernel_points must be (K, 3) or (M={q_pts.shape[0]}, K, 3) with K >= 1, '
+                           f'got shape {tuple(kernel_points.shape)}')
     _checks.same_device(op, features=features, q_pts=q_pts, s_pts=s_pts, neighbors=neighbors,
                         kernel_points=kernel_points)
+    for name, points in (('q_pts', q_pts), ('s_pts', s_pts), ('kernel_points', kernel_points)):
+        _checks.finite(op, name, points)  # as every geometric op: a NaN position would give NaN rows
     _checks.choice(op, 'influence', influence, INFLUENCES)
     _checks.choice(op, 'aggregation', aggregation, AGGREGATIONS)
     if influence != 'constant':

@@ -10,6 +10,7 @@ so :class:`fsdlite.models.layers.norm_act.RowLayerNorm` uses the op for inferenc
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 
 load_family('layer_norm')
@@ -54,7 +55,7 @@ def layer_norm_rows(x, weight, bias, eps=1e-5):
     """
     _checks.tensor(_OP, 'x', x, dtypes=(torch.float32, torch.float64), dim=2)
     if x.shape[1] < 1:
-        raise ValueError(f'{_OP}: x must have at least one channel, got shape {tuple(x.shape)}')
+        raise OpValueError(f'{_OP}: x must have at least one channel, got shape {tuple(x.shape)}')
     for name, value in (('weight', weight), ('bias', bias)):
         _checks.tensor(_OP, name, value, dtype=x.dtype, dim=1, size={0: (x.shape[1], 'x.shape[1] (C)')})
     _checks.same_device(_OP, x=x, weight=weight, bias=bias)

@@ -15,6 +15,7 @@ Omit both for a single sample.
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 
 load_family('points_in_boxes')
@@ -35,12 +36,12 @@ def _points_in_boxes_all_fake(points, boxes, point_batch, box_batch, box_origin)
 def _validated(op, points, boxes, point_batch, box_batch, box_origin):
     _checks.tensor(op, 'points', points, floating=True, dim=2)
     if points.shape[1] < 3:
-        raise ValueError(f'{op}: points must have shape (N, >=3) (x, y, z, ...), got {tuple(points.shape)}')
+        raise OpValueError(f'{op}: points must have shape (N, >=3) (x, y, z, ...), got {tuple(points.shape)}')
     _checks.tensor(op, 'boxes', boxes, floating=True, dim=2, size={1: (7, 'x, y, z, l, w, h, yaw')})
     _checks.choice(op, 'box_origin', box_origin, BOX_ORIGINS)
     if (point_batch is None) != (box_batch is None):
         given = 'point_batch' if point_batch is not None else 'box_batch'
-        raise ValueError(f'{op}: point_batch and box_batch must be given together, got only {given}')
+        raise OpValueError(f'{op}: point_batch and box_batch must be given together, got only {given}')
     if point_batch is not None:
         _checks.tensor(op, 'point_batch', point_batch, dtypes=_checks.INDEX_DTYPES, dim=1,
                        size={0: (points.shape[0], 'points.shape[0]')})

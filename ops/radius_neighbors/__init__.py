@@ -7,6 +7,7 @@ import math
 import torch
 
 from .. import _checks
+from .._checks import OpTypeError, OpValueError
 from ..build import load_family
 
 load_family('radius_neighbors')
@@ -42,7 +43,8 @@ def radius_neighbors(query, support, radius, max_neighbors, query_batch=None, su
     _checks.point_sets(_OP, query, support, query_batch, support_batch)
     radius = _checks.finite_positive(_OP, 'radius', radius)
     max_neighbors = _checks.positive_int(_OP, 'max_neighbors', max_neighbors)
-    _checks.output_rows(_OP, 'max_neighbors', max_neighbors, query.shape[0], 'the queries, query.shape[0]')
+    _checks.output_memory(_OP, 'max_neighbors', max_neighbors, query.shape[0], 'the queries, query.shape[0]', 8,
+                          query.device)  # int64 index
     index, counts = torch.ops.fsdlite.radius_neighbors(query, support, radius, max_neighbors, query_batch,
                                                        support_batch)
     return (index, counts) if return_counts else index
@@ -67,14 +69,14 @@ def calibrate_neighbor_limit(counts, quantile=0.9):
     try:
         q = float(quantile)
     except (TypeError, ValueError):
-        raise TypeError(f'{op}: quantile must be a number, got {quantile!r}') from None
+        raise OpTypeError(f'{op}: quantile must be a number, got {quantile!r}') from None
     if not 0 < q <= 1:
-        raise ValueError(f'{op}: quantile must lie in (0, 1], got {quantile!r}')
+        raise OpValueError(f'{op}: quantile must lie in (0, 1], got {quantile!r}')
     values = counts.flatten()
     if values.numel() == 0:
-        raise ValueError(f'{op}: counts is empty; expected at least one neighbourhood count')
+        raise OpValueError(f'{op}: counts is empty; expected at least one neighbourhood count')
     if int(values.min()) < 0:
-        raise ValueError(f'{op}: counts must be >= 0, got {int(values.min())}')
+        raise OpValueError(f'{op}: counts must be >= 0, got {int(values.min())}')
     n = values.numel()
     kept = min(n, max(1, math.ceil(round(q * n, 6))))  # neighbourhoods that must stay whole
     return max(1, int(values.sort().values[kept - 1]))

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 from .reference import conv_output_shape as _conv_output_shape
 
@@ -83,15 +84,15 @@ def _coors_and_count(op, coors, num_valid, spatial_shape):
         if num_valid.is_meta or coors.is_meta:  # num_valid may sit on any real device (it is moved to coors')
             _checks.same_device(op, coors=coors, num_valid=num_valid)
         if num_valid.numel() != 1:
-            raise ValueError(f'{op}: num_valid must be an int or a 1-element tensor, got shape '
-                             f'{tuple(num_valid.shape)}')
+            raise OpValueError(f'{op}: num_valid must be an int or a 1-element tensor, got shape '
+                               f'{tuple(num_valid.shape)}')
         count = int(num_valid)
         num_valid = num_valid.reshape(()).to(device=coors.device, dtype=torch.long)
     else:
         count = _checks.positive_int(op, 'num_valid', num_valid, allow_zero=True)
         num_valid = torch.tensor(count, dtype=torch.long, device=coors.device)
     if not 0 <= count <= coors.shape[0]:
-        raise ValueError(f'{op}: num_valid must lie in [0, coors.shape[0]] = [0, {coors.shape[0]}], got {count}')
+        raise OpValueError(f'{op}: num_valid must lie in [0, coors.shape[0]] = [0, {coors.shape[0]}], got {count}')
     shape = _checks.int_sequence(op, 'spatial_shape', spatial_shape, 3, minimum=1)
     coors = coors.long()
     if count:
@@ -100,8 +101,8 @@ def _coors_and_count(op, coors, num_valid, spatial_shape):
             top = shape[col - 1] if col else None
             if int(lo[col]) < 0 or (top is not None and int(hi[col]) >= top):
                 bound = f'[0, {top})' if top else '>= 0'
-                raise ValueError(f'{op}: coors[:num_valid, {col}] ({axis}) must lie in {bound} (spatial_shape '
-                                 f'{shape}), got min {int(lo[col])} and max {int(hi[col])}')
+                raise OpValueError(f'{op}: coors[:num_valid, {col}] ({axis}) must lie in {bound} (spatial_shape '
+                                   f'{shape}), got min {int(lo[col])} and max {int(hi[col])}')
     return coors, num_valid, shape
 
 
@@ -117,8 +118,8 @@ def conv_output_shape(spatial_shape, kernel_size, stride=1, padding=0, dilation=
     d = _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1)
     out = _conv_output_shape(shape, k, s, p, d)
     if min(out) < 1:
-        raise ValueError(f'{op}: spatial_shape {shape} with kernel_size {k}, stride {s}, padding {p}, dilation {d} '
-                         f'gives an empty output grid {out}')
+        raise OpValueError(f'{op}: spatial_shape {shape} with kernel_size {k}, stride {s}, padding {p}, dilation {d} '
+                           f'gives an empty output grid {out}')
     return out
 
 
@@ -138,7 +139,7 @@ def rulebook_subm(coors, num_valid, spatial_shape, kernel_size=3, dilation=1):
     coors, num_valid, shape = _coors_and_count(op, coors, num_valid, spatial_shape)
     k = _checks.int_sequence(op, 'kernel_size', kernel_size, 3, minimum=1)
     if any(v % 2 == 0 for v in k):
-        raise ValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
+        raise OpValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
     d = _checks.int_sequence(op, 'dilation', dilation, 3, minimum=1)
     return torch.ops.fsdlite.rulebook_subm(coors, num_valid, shape, k, d)
 
@@ -214,9 +215,9 @@ def rulebook_pairs(nbr, num_in, capacity, tile=128):
     tile = _checks.positive_int(op, 'tile', tile)
     capacity = _checks.positive_int(op, 'capacity', capacity, allow_zero=True)
     if capacity % tile:
-        raise ValueError(f'{op}: capacity must be a multiple of tile ({tile}), got {capacity}')
+        raise OpValueError(f'{op}: capacity must be a multiple of tile ({tile}), got {capacity}')
     if not 1 <= nbr.shape[1] <= 4096:
-        raise ValueError(f'{op}: nbr must have 1 to 4096 kernel offsets (columns), got {nbr.shape[1]}')
+        raise OpValueError(f'{op}: nbr must have 1 to 4096 kernel offsets (columns), got {nbr.shape[1]}')
     _checks.index_range(op, 'nbr', nbr, 0, num_in + 1)
     return RulebookPairs(*torch.ops.fsdlite.rulebook_pairs(nbr.long(), num_in, capacity, tile))
 
@@ -261,7 +262,7 @@ def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
     coors, shape = _unpadded_coors(op, coors, spatial_shape)
     k, _, _, d = _geometry_args(op, kernel_size, 1, 0, dilation)
     if any(v % 2 == 0 for v in k):
-        raise ValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
+        raise OpValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
     return OffsetPairs(*torch.ops.fsdlite.rulebook_subm_pairs(coors, shape, k, d))
 
 

@@ -1,6 +1,8 @@
-"""Pure-torch reference of the torch_scatter-compatible API (torch.scatter_add_ / scatter_reduce only;
+"""Pure-torch reference of the torch_scatter-compatible API (torch.scatter_add_ / scatter_reduce and explicit loops;
 independent of segment_reduce), for tests and benchmarks. Never modifies a given ``out``."""
 import torch
+
+_SMALL = (torch.int8, torch.int16, torch.uint8, torch.bool)
 
 
 def _broadcast(index, src, dim):
@@ -9,19 +11,31 @@ def _broadcast(index, src, dim):
     return index.view(*index.shape, *([1] * (src.dim() - index.dim()))).expand(src.shape).long()
 
 
-def scatter_reference(src, index, dim=-1, out=None, dim_size=None, reduce='sum'):
-    """torch_scatter.scatter semantics; returns ``(values, arg)`` (arg None for sum/mean).
-
-    max/min: NaN never wins, ties pick the first position, empty segments give 0 and arg ``src.size(dim)``;
-    a given ``out`` keeps its value unless a source value is strictly better.
-    """
-    dim = dim % src.dim()
-    index = _broadcast(index, src, dim)
+def _size(src, index, dim, out, dim_size):
     size = list(src.shape)
     if out is not None:
         size[dim] = out.shape[dim]
     else:
         size[dim] = dim_size if dim_size is not None else (int(index.max()) + 1 if index.numel() else 0)
+    return size
+
+
+def scatter_reference(src, index, dim=-1, out=None, dim_size=None, reduce='sum'):
+    """torch_scatter.scatter semantics; returns ``(values, arg)`` (arg None for sum/mean/mul).
+
+    max/min: NaN never wins, ties pick the first position, empty segments give 0 and arg ``src.size(dim)``;
+    a given ``out`` keeps its value unless a source value is strictly better. Sums and products of int8/int16/uint8/
+    bool accumulate in int64 and are cast back (wrapping as torch; a bool sum is 'any', a bool product 'all').
+    """
+    dim = dim % src.dim()
+    index = _broadcast(index, src, dim)
+    size = _size(src, index, dim, out, dim_size)
+    if src.dtype in _SMALL:
+        wide, arg = scatter_reference(src.long(), index, dim, out.long() if out is not None else None, size[dim],
+                                      reduce)
+        return (wide != 0 if src.dtype == torch.bool else wide.to(src.dtype)), arg
+    if reduce == 'mul':
+        return (out.clone() if out is not None else src.new_ones(size)).scatter_reduce_(dim, index, src, 'prod'), None
     if reduce in ('sum', 'add', 'mean'):
         total = (out.clone() if out is not None else src.new_zeros(size)).scatter_add_(dim, index, src)
         if reduce != 'mean':
@@ -51,7 +65,7 @@ def scatter_reference(src, index, dim=-1, out=None, dim_size=None, reduce='sum')
 
 def segment_csr_reference(src, indptr, reduce='sum'):
     """torch_scatter.segment_csr semantics by an explicit loop over segments (small inputs only);
-    returns ``(values, arg)`` with arg None for sum/mean."""
+    returns ``(values, arg)`` with arg None for sum/mean/mul."""
     dim = indptr.dim() - 1
     indptr = indptr.expand(*src.shape[:dim], indptr.shape[-1])
     num_segments = max(indptr.shape[-1] - 1, 0)
@@ -59,8 +73,7 @@ def segment_csr_reference(src, indptr, reduce='sum'):
     shape[dim] = num_segments
     values = src.new_zeros(shape)
     arg = torch.full(shape, src.shape[dim], dtype=torch.long) if reduce in ('max', 'min') else None
-    for lead in torch.cartesian_prod(*[torch.arange(s) for s in src.shape[:dim]]).view(-1, dim).tolist() \
-            if dim else [[]]:
+    for lead in _leading(src, dim):
         ptr = indptr[tuple(lead)].tolist()
         for s in range(num_segments):
             rows = src[tuple(lead)].narrow(0, ptr[s], ptr[s + 1] - ptr[s])
@@ -71,3 +84,67 @@ def segment_csr_reference(src, indptr, reduce='sum'):
                 arg[tuple(lead)][s] = torch.where(seg_arg[0] < rows.shape[0], seg_arg[0] + ptr[s],
                                                   torch.full_like(seg_arg[0], src.shape[dim]))
     return values, arg
+
+
+def _leading(src, dim):
+    """Every index tuple over src's first ``dim`` dimensions (``[[]]`` for dim 0)."""
+    if not dim:
+        return [[]]
+    return torch.cartesian_prod(*[torch.arange(s) for s in src.shape[:dim]]).view(-1, dim).tolist()
+
+
+def gather_coo_reference(src, index):
+    """torch_scatter.gather_coo by a loop: ``out[..., e, ...] = src[..., index[..., e], ...]``."""
+    dim = index.dim() - 1
+    index = index.expand(*src.shape[:dim], index.shape[-1])
+    out = src.new_zeros(*src.shape[:dim], index.shape[-1], *src.shape[dim + 1:])
+    for lead in _leading(src, dim):
+        for e, s in enumerate(index[tuple(lead)].tolist()):
+            out[tuple(lead)][e] = src[tuple(lead)][s]
+    return out
+
+
+def gather_csr_reference(src, indptr, length):
+    """torch_scatter.gather_csr by a loop: position e of segment s gets ``src[..., s, ...]``; 0 outside
+    ``[indptr[0], indptr[-1])``; ``length`` positions."""
+    dim = indptr.dim() - 1
+    indptr = indptr.expand(*src.shape[:dim], indptr.shape[-1])
+    out = src.new_zeros(*src.shape[:dim], length, *src.shape[dim + 1:])
+    for lead in _leading(src, dim):
+        ptr = indptr[tuple(lead)].tolist()
+        for s in range(len(ptr) - 1):
+            for e in range(ptr[s], ptr[s + 1]):
+                out[tuple(lead)][e] = src[tuple(lead)][s]
+    return out
+
+
+def _segments(src, index, dim, num_segments):
+    """Yield (output position, src positions) per segment of every line along ``dim`` (small inputs only)."""
+    index = _broadcast(index, src, dim)
+    moved_index = index.movedim(dim, -1)
+    for line in torch.cartesian_prod(*[torch.arange(s) for s in moved_index.shape[:-1]]).view(
+            -1, moved_index.dim() - 1).tolist() if moved_index.dim() > 1 else [[]]:
+        ids = moved_index[tuple(line)]
+        for s in range(num_segments):
+            yield tuple(line), s, (ids == s).nonzero().flatten()
+
+
+def composite_reference(name, src, index, dim=-1, dim_size=None, unbiased=True):
+    """scatter_softmax / scatter_log_softmax / scatter_logsumexp / scatter_std by a loop over segments calling
+    torch.softmax, torch.log_softmax, torch.logsumexp and torch.std (empty segment 0; one value, unbiased: 0)."""
+    dim = dim % src.dim()
+    size = _size(src, _broadcast(index, src, dim), dim, None, dim_size)
+    moved = src.movedim(dim, -1)
+    elementwise = name in ('softmax', 'log_softmax')
+    result = torch.zeros_like(moved) if elementwise else src.new_zeros(size).movedim(dim, -1)
+    for line, s, where in _segments(src, index, dim, size[dim]):
+        values = moved[line][where]
+        if elementwise:
+            if values.numel():
+                result[line][where] = getattr(torch, name)(values, 0)
+        elif values.numel():
+            if name == 'logsumexp':
+                result[line][s] = torch.logsumexp(values, 0)
+            elif values.numel() > 1 or not unbiased:
+                result[line][s] = values.std(unbiased=unbiased)
+    return result.movedim(-1, dim)

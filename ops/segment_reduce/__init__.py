@@ -1,7 +1,9 @@
-"""segment_reduce: sum / mean / max / min of rows grouped by an index, with backward.
+"""segment_reduce: sum / mean / max / min / mul (product) of rows grouped by an index, with backward.
 
-Semantics follow torch_scatter: an empty segment yields 0 (and arg ``N``), ties pick the
-first row, NaN values never win a max/min, integer means use floor division.
+Semantics follow torch_scatter: an empty segment yields 0 (1 for 'mul', and arg ``N`` for max/min), ties
+pick the first row, NaN values never win a max/min, integer means use floor division. Integer sums and
+products wrap as in torch; int8/int16/uint8 means are exact floors (their sums accumulate in int64); a bool
+sum is 'any', a bool product 'all' (no bool mean).
 """
 import math
 
@@ -12,8 +14,9 @@ from ..build import load_family
 
 load_family('segment_reduce')
 
-REDUCTIONS = ('sum', 'mean', 'max', 'min')
-SRC_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+REDUCTIONS = ('sum', 'mean', 'max', 'min', 'mul')
+SRC_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+              torch.int8, torch.uint8, torch.bool)
 _OP = 'segment_reduce'
 
 
@@ -30,18 +33,32 @@ def _setup_context(ctx, inputs, output):
     _, arg = output
     ctx.reduce = reduce
     ctx.num_rows = src.shape[0]
-    ctx.save_for_backward(index, arg)
+    ctx.save_for_backward(index, arg, src if reduce == 'mul' else None)
     ctx.mark_non_differentiable(arg)
 
 
+def _mul_backward(grad_out, src, index):
+    """Gradient of a segment product: the product of the segment's other rows (exact with zeros: a zero row gets the
+    product of the rest when it is its segment's only zero, every other row of a segment holding a zero gets 0)."""
+    num_segments = grad_out.shape[0]
+    zero = src == 0
+    nonzero = torch.where(zero, torch.ones_like(src), src)
+    product = torch.ops.fsdlite.segment_reduce(nonzero, index, num_segments, 'mul')[0].index_select(0, index)
+    zeros = torch.ops.fsdlite.segment_reduce(zero.to(src.dtype), index, num_segments, 'sum')[0].index_select(0, index)
+    factor = torch.where(zero, (zeros == 1).to(src.dtype), (zeros == 0).to(src.dtype) / nonzero)
+    return grad_out.index_select(0, index) * product * factor
+
+
 def _backward(ctx, grad_out, _grad_arg):
-    index, arg = ctx.saved_tensors
+    index, arg, src = ctx.saved_tensors
     n = ctx.num_rows
+    if ctx.reduce == 'mul':
+        return _mul_backward(grad_out, src, index), None, None, None
     if ctx.reduce in ('sum', 'mean'):
         grad = grad_out.index_select(0, index)
-        if ctx.reduce == 'mean':
-            count = torch.bincount(index, minlength=grad_out.shape[0]).clamp_(min=1)
-            grad = grad / count.index_select(0, index).view(-1, *([1] * (grad.dim() - 1))).to(grad.dtype)
+        if ctx.reduce == 'mean':  # counts by index_add (fixed size, unlike bincount: traceable by torch.compile)
+            count = grad_out.new_zeros(grad_out.shape[0]).index_add_(0, index, grad_out.new_ones(n)).clamp_(min=1)
+            grad = grad / count.index_select(0, index).view(-1, *([1] * (grad.dim() - 1)))
         return grad, None, None, None
     # max/min: route each segment's gradient to its winning row; empty segments (arg == N) to a dump row.
     grad = grad_out.new_zeros((n + 1,) + tuple(grad_out.shape[1:]))
@@ -57,12 +74,16 @@ def _validated(src, index, num_segments, reduce):
     _checks.tensor(_OP, 'index', index, dtypes=_checks.INDEX_DTYPES, dim=1, size={0: (src.shape[0], 'src.shape[0]')})
     _checks.same_device(_OP, src=src, index=index)
     _checks.choice(_OP, 'reduce', reduce, REDUCTIONS)
+    if reduce == 'mean' and src.dtype == torch.bool:
+        raise _checks.OpTypeError(f"{_OP}: reduce='mean' needs a numeric src, got dtype torch.bool")
     name = 'num_segments'
     if num_segments is None:
         num_segments = int(index.max()) + 1 if index.numel() else 0
         name = 'num_segments (index.max() + 1)'
     num_segments = _checks.positive_int(_OP, 'num_segments', num_segments, allow_zero=True)
-    _checks.output_rows(_OP, name, num_segments, math.prod(src.shape[1:]), 'elements per row of src')
+    arg_size = 8 if reduce in ('max', 'min') else 0  # the int64 arg beside the values
+    _checks.output_memory(_OP, name, num_segments, math.prod(src.shape[1:]), 'elements per row of src',
+                          src.element_size() + arg_size, src.device)
     _checks.index_range(_OP, 'index', index, 0, num_segments)
     return index.long(), num_segments
 
@@ -71,12 +92,12 @@ def segment_reduce(src, index, num_segments=None, reduce='sum'):
     """Reduce the rows of ``src`` into segments.
 
     Args:
-        src (Tensor): (N, *F) values (floating or integer).
+        src (Tensor): (N, *F) values (floating, integer or bool).
         index (Tensor): (N,) int64/int32 segment id of each row, in ``[0, num_segments)``.
         num_segments (int, optional): S; defaults to ``index.max() + 1`` (a device sync).
-        reduce (str): 'sum', 'mean', 'max' or 'min'.
+        reduce (str): 'sum', 'mean', 'max', 'min' or 'mul' (product).
     Returns:
-        Tensor: (S, *F) reduced values; empty segments are 0.
+        Tensor: (S, *F) reduced values; empty segments are 0 (1 for 'mul').
     """
     index, num_segments = _validated(src, index, num_segments, reduce)
     return torch.ops.fsdlite.segment_reduce(src, index, num_segments, reduce)[0]

@@ -1,16 +1,24 @@
 """Pure-torch reference of segment_reduce (torch_scatter semantics), for tests and benchmarks."""
 import torch
 
+_SMALL = (torch.int8, torch.int16, torch.uint8, torch.bool)
+
 
 def segment_reduce_reference(src, index, num_segments, reduce):
     """Reduce rows of ``src`` (N, *F) into ``num_segments`` segments given by ``index`` (N,).
 
-    Returns ``(out, arg)``: out (S, *F) with empty segments 0; for max/min ``arg`` (S, *F) holds the
-    first row attaining the extreme (N for empty segments, NaN values skipped), else ``None``.
+    Returns ``(out, arg)``: out (S, *F) with empty segments 0 (1 for 'mul'); for max/min ``arg`` (S, *F) holds the
+    first row attaining the extreme (N for empty segments, NaN values skipped), else ``None``. Sums and products of
+    int8/int16/uint8/bool accumulate in int64 and are cast back (a bool sum is 'any', a bool product 'all').
     """
+    if src.dtype in _SMALL:
+        out, arg = segment_reduce_reference(src.long(), index, num_segments, reduce)
+        return (out != 0 if src.dtype == torch.bool else out.to(src.dtype)), arg
     n = src.shape[0]
     shape = (num_segments,) + tuple(src.shape[1:])
     idx = index.view(-1, *([1] * (src.dim() - 1))).expand_as(src)
+    if reduce == 'mul':
+        return torch.ones(shape, dtype=src.dtype, device=src.device).scatter_reduce_(0, idx, src, 'prod'), None
     if reduce in ('sum', 'mean'):
         out = torch.zeros(shape, dtype=src.dtype, device=src.device).scatter_add_(0, idx, src)
         if reduce == 'mean':

@@ -8,13 +8,13 @@
 
 namespace fsdlite::segment_reduce {
 
-enum class Reduce { Sum, Mean, Max, Min };
+enum class Reduce { Sum, Mean, Max, Min, Mul };
 
 // Validates the arguments (raising a RuntimeError naming the bad one) and parses `reduce`.
 Reduce check_args(const at::Tensor& src, const at::Tensor& index, int64_t num_segments, c10::string_view reduce);
 
-// Allocates (out, arg): out (S, *src.shape[1:]) zero-filled, arg the same shape filled with N for
-// max/min and an empty tensor otherwise.
+// Allocates (out, arg): out (S, *src.shape[1:]) filled with the identity of the reduction (1 for mul, else 0),
+// arg the same shape filled with N for max/min and an empty tensor otherwise.
 std::tuple<at::Tensor, at::Tensor> allocate_outputs(const at::Tensor& src, int64_t num_segments, Reduce reduce);
 
 }  // namespace fsdlite::segment_reduce

@@ -1,7 +1,9 @@
 // CPU kernel of segment_reduce: rows are read once, in order, and accumulated into their segment's output
 // row (src streams from memory; the output, usually much smaller, stays in cache). Threads own disjoint
 // ranges of segments and skip the rows of other ranges, so the result is deterministic and independent of
-// the thread count; processing rows in order makes ties pick the first row.
+// the thread count; processing rows in order makes ties pick the first row. Sums and products of the small
+// integer types (int8, int16, uint8, bool) accumulate in int64 and are cast back: sums and products wrap as in
+// torch, means are exact floors, and bool sums / products are 'any' / 'all'.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -26,6 +28,37 @@ inline bool is_nan(T v) {
   else return std::isnan(static_cast<float>(v));
 }
 
+// Accumulator of sums and products: float for half/bfloat16, int64 for the small integer types and bool.
+template <typename T>
+using acc_type = std::conditional_t<std::is_integral_v<T> && (sizeof(T) < 4), int64_t, at::opmath_type<T>>;
+
+// a + b and a * b; integers in unsigned arithmetic, so that overflow wraps (as in torch) instead of being undefined
+template <typename acc_t>
+inline acc_t wrap_add(acc_t a, acc_t b) {
+  if constexpr (std::is_integral_v<acc_t>) {
+    using u = std::make_unsigned_t<acc_t>;
+    return static_cast<acc_t>(static_cast<u>(a) + static_cast<u>(b));
+  } else {
+    return a + b;
+  }
+}
+
+template <typename acc_t>
+inline acc_t wrap_mul(acc_t a, acc_t b) {
+  if constexpr (std::is_integral_v<acc_t>) {
+    using u = std::make_unsigned_t<acc_t>;
+    return static_cast<acc_t>(static_cast<u>(a) * static_cast<u>(b));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+inline scalar_t from_acc(acc_t v) {
+  if constexpr (std::is_same_v<scalar_t, bool>) return v != 0;
+  else return static_cast<scalar_t>(v);
+}
+
 template <typename acc_t>
 inline acc_t floor_div(acc_t sum, int64_t count) {
   const acc_t c = static_cast<acc_t>(count);
@@ -42,10 +75,10 @@ inline void prefetch_row(const T* base, const int64_t* index, int64_t r, int64_t
   if (r + kPrefetch < n) __builtin_prefetch(base + index[r + kPrefetch] * width, 1);
 }
 
-// Sum (and count) the rows whose segment lies in [s_begin, s_end) into `acc`, then write `out`
-// (mean: divided by the count; empty segments stay 0). `acc` is `out` itself unless scalar_t is a
-// reduced-precision float.
-template <typename scalar_t, typename acc_t>
+// Sum (and count) -- or multiply -- the rows whose segment lies in [s_begin, s_end) into `acc`, then write `out`
+// (mean: divided by the count; empty segments keep the identity). `acc` is `out` itself when scalar_t is its own
+// accumulator type; otherwise a buffer initialised with the identity (0 for sums, 1 for products).
+template <typename scalar_t, typename acc_t, bool Mul>
 void sum_range(const scalar_t* src, const int64_t* index, int64_t n, int64_t width, int64_t s_begin, int64_t s_end,
                bool mean, scalar_t* out, acc_t* acc, int64_t* count) {
   for (int64_t r = 0; r < n; ++r) {
@@ -54,7 +87,9 @@ void sum_range(const scalar_t* src, const int64_t* index, int64_t n, int64_t wid
     if (s < s_begin || s >= s_end) continue;
     const scalar_t* row = src + r * width;
     acc_t* a = acc + s * width;
-    for (int64_t f = 0; f < width; ++f) a[f] += static_cast<acc_t>(row[f]);
+    for (int64_t f = 0; f < width; ++f) {
+      a[f] = Mul ? wrap_mul(a[f], static_cast<acc_t>(row[f])) : wrap_add(a[f], static_cast<acc_t>(row[f]));
+    }
     if (mean) ++count[s];
   }
   if (!mean && static_cast<void*>(acc) == static_cast<void*>(out)) return;
@@ -65,7 +100,7 @@ void sum_range(const scalar_t* src, const int64_t* index, int64_t n, int64_t wid
         if constexpr (std::is_integral_v<acc_t>) v = floor_div(v, count[s]);
         else v = v / static_cast<acc_t>(count[s]);
       }
-      out[s * width + f] = static_cast<scalar_t>(v);
+      out[s * width + f] = from_acc<scalar_t>(v);
     }
   }
 }
@@ -98,14 +133,15 @@ void extreme_range(const scalar_t* src, const int64_t* index, int64_t n, int64_t
 template <typename scalar_t>
 void reduce_segments(const scalar_t* src, const int64_t* index, int64_t n, int64_t num_segments, int64_t width,
                      Reduce reduce, scalar_t* out, int64_t* arg) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   std::vector<acc_t> acc_buffer;
   acc_t* acc = nullptr;
-  if (reduce == Reduce::Sum || reduce == Reduce::Mean) {
+  const bool mul = reduce == Reduce::Mul;
+  if (reduce == Reduce::Sum || reduce == Reduce::Mean || mul) {
     if constexpr (std::is_same_v<acc_t, scalar_t>) {
-      acc = out;  // zero-initialised by allocate_outputs
+      acc = out;  // initialised with the identity by allocate_outputs
     } else {
-      acc_buffer.assign(num_segments * width, acc_t(0));
+      acc_buffer.assign(num_segments * width, acc_t(mul ? 1 : 0));
       acc = acc_buffer.data();
     }
   }
@@ -124,8 +160,10 @@ void reduce_segments(const scalar_t* src, const int64_t* index, int64_t n, int64
       for (int64_t k = begin * width; k < end * width; ++k) arg[k] = arg32[k];
     } else if (extreme) {
       extremes(arg, begin, end);
+    } else if (mul) {
+      sum_range<scalar_t, acc_t, true>(src, index, n, width, begin, end, false, out, acc, count_ptr);
     } else {
-      sum_range<scalar_t, acc_t>(src, index, n, width, begin, end, reduce == Reduce::Mean, out, acc, count_ptr);
+      sum_range<scalar_t, acc_t, false>(src, index, n, width, begin, end, reduce == Reduce::Mean, out, acc, count_ptr);
     }
   };
   if (n * width < kSerialWork || at::get_num_threads() == 1) {
@@ -151,8 +189,8 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cpu(const at::Tensor& src_, co
   };
   AT_DISPATCH_SWITCH(src.scalar_type(), "segment_reduce_cpu",
                      AT_DISPATCH_CASE_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, [&] { launch(scalar_t{}); })
-                     AT_DISPATCH_CASE(at::kInt, [&] { launch(scalar_t{}); })
-                     AT_DISPATCH_CASE(at::kLong, [&] { launch(scalar_t{}); }));
+                     AT_DISPATCH_CASE_INTEGRAL_TYPES([&] { launch(scalar_t{}); })
+                     AT_DISPATCH_CASE(at::kBool, [&] { launch(scalar_t{}); }));
   return {out, arg};
 }
 

@@ -1,8 +1,9 @@
 // CUDA kernel of segment_reduce.
-//   sum/mean: atomicAdd (+ per-segment counts for mean);
+//   sum/mean: atomicAdd (+ per-segment counts for mean); mul: compare-and-swap multiply;
 //   max/min:  pass 1 atomic max/min of the values (NaN skipped), pass 2 atomicMin of the row index
 //             among rows equal to the winner (ties -> first row), pass 3 zero-fill empty segments.
-// half/bfloat16 are reduced in float and cast back.
+// half/bfloat16 are reduced in float, int8/int16/uint8/bool in int64, and cast back (as the CPU kernel: integer
+// sums and products wrap, means are exact floors, bool sums / products are 'any' / 'all').
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -62,6 +63,48 @@ __device__ inline void atomic_extreme(T* p, T v) {
     IsMax ? atomicMax(reinterpret_cast<long long*>(p), static_cast<long long>(v))
           : atomicMin(reinterpret_cast<long long*>(p), static_cast<long long>(v));
   }
+}
+
+// *p *= v by compare-and-swap on the value's bits (integers multiply in unsigned arithmetic: overflow wraps).
+template <typename T>
+__device__ inline void atomic_mul(T* p, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    int* addr = reinterpret_cast<int*>(p);
+    int old = *addr, assumed;
+    do {
+      assumed = old;
+      old = atomicCAS(addr, assumed, __float_as_int(__int_as_float(assumed) * v));
+    } while (assumed != old);
+  } else if constexpr (std::is_same_v<T, double>) {
+    unsigned long long* addr = reinterpret_cast<unsigned long long*>(p);
+    unsigned long long old = *addr, assumed;
+    do {
+      assumed = old;
+      const double next = __longlong_as_double(static_cast<long long>(assumed)) * v;
+      old = atomicCAS(addr, assumed, static_cast<unsigned long long>(__double_as_longlong(next)));
+    } while (assumed != old);
+  } else if constexpr (std::is_same_v<T, int>) {
+    unsigned int* addr = reinterpret_cast<unsigned int*>(p);
+    unsigned int old = *addr, assumed;
+    do {
+      assumed = old;
+      old = atomicCAS(addr, assumed, assumed * static_cast<unsigned int>(v));
+    } while (assumed != old);
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    unsigned long long* addr = reinterpret_cast<unsigned long long*>(p);
+    unsigned long long old = *addr, assumed;
+    do {
+      assumed = old;
+      old = atomicCAS(addr, assumed, assumed * static_cast<unsigned long long>(v));
+    } while (assumed != old);
+  }
+}
+
+template <typename T>
+__global__ void mul_kernel(const T* src, const int64_t* index, int64_t n, int64_t width, T* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n * width) return;
+  atomic_mul(out + index[i / width] * width + (i % width), src[i]);
 }
 
 template <typename T>
@@ -144,6 +187,10 @@ void launch(const at::Tensor& src, const at::Tensor& index, int64_t num_segments
     }
     return;
   }
+  if (reduce == Reduce::Mul) {
+    mul_kernel<T><<<grid, kThreads, 0, stream>>>(s, idx, n, width, o);  // out starts at 1 (allocate_outputs)
+    return;
+  }
   const bool is_max = reduce == Reduce::Max;
   out.fill_(lowest_or_highest<T>(is_max));
   if (is_max) extreme_value_kernel<T, true><<<grid, kThreads, 0, stream>>>(s, idx, n, width, o);
@@ -158,8 +205,11 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cuda(const at::Tensor& src_, c
                                                        int64_t num_segments, c10::string_view reduce_name) {
   const Reduce reduce = fsdlite::segment_reduce::check_args(src_, index_, num_segments, reduce_name);
   c10::cuda::CUDAGuard guard(src_.device());
-  const bool low_precision = src_.scalar_type() == at::kHalf || src_.scalar_type() == at::kBFloat16;
-  const at::Tensor src = (low_precision ? src_.to(at::kFloat) : src_).contiguous();
+  const auto dtype = src_.scalar_type();
+  const bool low_precision = dtype == at::kHalf || dtype == at::kBFloat16;
+  const bool small_int = dtype == at::kChar || dtype == at::kShort || dtype == at::kByte || dtype == at::kBool;
+  const bool cast = low_precision || small_int;
+  const at::Tensor src = (low_precision ? src_.to(at::kFloat) : small_int ? src_.to(at::kLong) : src_).contiguous();
   const at::Tensor index = index_.contiguous();
   auto [out, arg] = fsdlite::segment_reduce::allocate_outputs(src, num_segments, reduce);
   if (src.size(0) > 0 && src.numel() > 0 && num_segments > 0) {
@@ -171,7 +221,7 @@ std::tuple<at::Tensor, at::Tensor> segment_reduce_cuda(const at::Tensor& src_, c
                        AT_DISPATCH_CASE(at::kLong, [&] { launch<int64_t>(src, index, num_segments, reduce, out, arg, stream); }));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  if (low_precision) out = out.to(src_.scalar_type());
+  if (cast) out = dtype == at::kBool ? out.ne(0) : out.to(dtype);  // int64 -> small types wraps, as on the CPU
   return {out, arg};
 }
 

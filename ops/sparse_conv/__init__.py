@@ -19,6 +19,7 @@ from typing import NamedTuple
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 
 load_family('sparse_conv')
@@ -72,9 +73,9 @@ def _transposed(pairs, offset_starts, num_in, op):
     repeated = torch.nonzero(key[1:] == key[:-1])
     if repeated.numel():
         j = int(order[int(repeated[0]) + 1])
-        raise ValueError(f'{op}: input row {int(pairs[0, j])} appears twice among the pairs of one offset (pairs[:, '
-                         f'{j}]); the transposed convolution needs each input row at most once per offset, as in '
-                         'every convolution rulebook')
+        raise OpValueError(f'{op}: input row {int(pairs[0, j])} appears twice among the pairs of one offset (pairs[:, '
+                           f'{j}]); the transposed convolution needs each input row at most once per offset, as in '
+                           'every convolution rulebook')
     return pairs.flip(0).index_select(1, order)
 
 
@@ -126,7 +127,7 @@ def _check_pairs(op, pairs, offset_starts):
     _checks.tensor(op, 'pairs', pairs, dtype=torch.long, dim=2, size={0: (2, '[input row; output row]')})
     _checks.tensor(op, 'offset_starts', offset_starts, dtype=torch.long, dim=1)
     if offset_starts.numel() < 1:
-        raise ValueError(f'{op}: offset_starts must have K + 1 >= 1 entries, got shape {tuple(offset_starts.shape)}')
+        raise OpValueError(f'{op}: offset_starts must have K + 1 >= 1 entries, got shape {tuple(offset_starts.shape)}')
 
 
 def sparse_conv(features, weight, pairs, offset_starts, num_out, bias=None):
@@ -151,6 +152,8 @@ def sparse_conv(features, weight, pairs, offset_starts, num_out, bias=None):
     _checks.tensor(_OP, 'offset_starts', offset_starts,
                    size={0: (weight.shape[0] + 1, 'weight.shape[0] + 1 (K + 1)')})
     num_out = _checks.positive_int(_OP, 'num_out', num_out, allow_zero=True)
+    _checks.output_memory(_OP, 'num_out', num_out, weight.shape[2], 'weight.shape[2], Cout', features.element_size(),
+                          features.device)
     if bias is not None:
         _checks.tensor(_OP, 'bias', bias, dtype=features.dtype, dim=1, size={0: (weight.shape[2], 'Cout')})
     _checks.same_device(_OP, features=features, weight=weight, pairs=pairs, offset_starts=offset_starts, bias=bias)
@@ -213,8 +216,8 @@ def transpose_pairs(offset_pairs, num_in):
     _check_pairs(op, pairs, offset_starts)
     num_in = _checks.positive_int(op, 'num_in', num_in, allow_zero=True)
     if pairs.shape[1] != int(offset_starts[-1]):
-        raise ValueError(f'{op}: offset_starts ends at {int(offset_starts[-1])}, expected pairs.shape[1] = '
-                         f'{pairs.shape[1]}')
+        raise OpValueError(f'{op}: offset_starts ends at {int(offset_starts[-1])}, expected pairs.shape[1] = '
+                           f'{pairs.shape[1]}')
     _checks.index_range(op, 'pairs[0]', pairs[0], 0, num_in)
     return OffsetPairs(_transposed(pairs, offset_starts, num_in, op), offset_starts)
 

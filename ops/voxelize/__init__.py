@@ -9,6 +9,7 @@ from typing import NamedTuple
 import torch
 
 from .. import _checks
+from .._checks import OpValueError
 from ..build import load_family
 from ._grid import check_geometry, check_key_range, grid_shape
 
@@ -47,7 +48,7 @@ def _check_batch(batch, points):
         return batch.long(), 1
     lo, hi = (int(v) for v in torch.aminmax(batch))
     if lo < 0:
-        raise ValueError(f'{_OP}: batch ids must be >= 0, got {lo}')
+        raise OpValueError(f'{_OP}: batch ids must be >= 0, got {lo}')
     return batch.long(), hi + 1
 
 
@@ -66,7 +67,7 @@ def voxelize(points, voxel_size, point_range, batch=None):
     """
     _checks.tensor(_OP, 'points', points, dtypes=(torch.float32, torch.float64), dim=2)
     if points.shape[1] < 3:
-        raise ValueError(f'{_OP}: points must have shape (N, >=3), got shape {tuple(points.shape)}')
+        raise OpValueError(f'{_OP}: points must have shape (N, >=3), got shape {tuple(points.shape)}')
     size, lower, upper = check_geometry(voxel_size, point_range)
     batch, num_batches = _check_batch(batch, points)
     check_key_range(grid_shape(size, lower + upper), num_batches)

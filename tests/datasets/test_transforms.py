@@ -163,12 +163,33 @@ def test_load_points_from_file(tmp_path):
     out = build(dict(type='LoadPointsFromFile', load_dim=5, use_dim=[0, 1, 2, 4]))(dict(lidar_path=str(path)))
     assert out['points'].shape == (7, 4) and out['num_points_invalid'] == 1
     assert out['points'][0].tolist() == [0, 1, 2, 4]
-    with pytest.raises(ValueError, match='not a multiple of load_dim=3'):
+    with pytest.raises(ValueError, match='holds 160 bytes, not a whole number of 12-byte points'):
         build(dict(type='LoadPointsFromFile', load_dim=3, use_dim=3))(dict(lidar_path=str(path)))
     with pytest.raises(FileNotFoundError, match='does not exist'):
         build(dict(type='LoadPointsFromFile'))(dict(lidar_path=str(tmp_path / 'missing.bin')))
     with pytest.raises(ValueError, match='use_dim'):
         build(dict(type='LoadPointsFromFile', load_dim=4, use_dim=[0, 1, 7]))(dict(lidar_path=str(path)))
+
+
+@pytest.mark.parametrize('size, match', [
+    (0, r"is empty \(0 bytes\); expected 16 bytes per point"),  # trained a labelled frame on nothing (loss 0)
+    (16 * 1024 + 2, r'holds 16386 bytes, not a whole number of 16-byte points \(4 float32 values: 1024 points and 2 '
+                    r'bytes left over\)'),  # loaded silently, the 2 bytes ignored
+    (16 * 1024 + 4, r'1024 points and 4 bytes left over'),
+])
+def test_load_points_refuses_empty_and_truncated_files(tmp_path, size, match):
+    from fsdlite.datasets.transforms.loading import load_points
+    from fsdlite.utils.errors import DataError
+    path = tmp_path / 'frame.bin'
+    path.write_bytes(bytes(size))
+    with pytest.raises(DataError, match=match):
+        load_points(path)
+    assert load_points(_write(tmp_path / 'ok.bin', 16 * 1024)).shape == (1024, 4)
+
+
+def _write(path, size):
+    path.write_bytes(bytes(size))
+    return path
 
 
 @pytest.mark.parametrize('cfg,error,match', [

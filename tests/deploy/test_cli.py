@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -59,6 +60,17 @@ def test_export_verify_and_build_trt_commands(tiny, voxelnet_checkpoint, tmp_pat
     assert res.returncode == 0, res.stderr
     assert 'no TensorRT engine built:' in res.stdout
     assert not (out / 'model.engine').exists()
+
+    # an unusable deploy folder is a set-up error (2, one line), never the status of a numeric mismatch (1): a
+    # corrupt model.onnx used to end in onnxruntime's InvalidProtobuf traceback (status 1), a config.py that does
+    # not parse in a SyntaxError traceback
+    for name, damage, message in (
+            ('model.onnx', b'\x07garbage', "model.onnx' could not be loaded by ONNX Runtime ([ONNXRuntimeError]"),
+            ('config.py', b'model = dict(\n', "config.py' is not valid Python: '(' was never closed (line 1)")):
+        bad = tmp_path / f'bad_{name}'
+        shutil.copytree(out, bad)
+        (bad / name).write_bytes(damage)
+        assert message in _usage_error(load_script(tiny, 'verify_onnx.py'), [str(bad)], capsys)
 
 
 def test_export_option_errors(tiny, tmp_path, capsys):
@@ -131,3 +143,16 @@ def test_verify_and_build_trt_reject_bad_values_and_deploy_json(tiny, tmp_path, 
                                                                                              '0'], capsys)
     assert "argument --workspace-gib: expected a number > 0, got '0'" in _usage_error(
         build, [str(tmp_path), '--workspace-gib', '0'], capsys)
+
+
+def test_verify_internal_failure_is_not_a_mismatch(tiny, monkeypatch, capsys):
+    """Exit status 3 (with the traceback) for an unexpected failure; 1 stays the status of a numeric mismatch."""
+    verify = load_script(tiny, 'verify_onnx.py')
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError('boom')
+
+    monkeypatch.setattr(verify, 'verify_deploy', broken)
+    assert verify.main(['any_folder']) == 3
+    err = capsys.readouterr().err
+    assert 'ZeroDivisionError: boom' in err and 'internal error while verifying' in err

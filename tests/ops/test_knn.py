@@ -175,6 +175,8 @@ def test_opcheck(batched):
     (lambda q, s: knn([[0.0, 0.0, 0.0]], s, 2), TypeError, 'query must be a torch.Tensor'),
     # was 'Storage size calculation overflowed', naming neither knn nor k
     (lambda q, s: knn(q, s, 2 ** 62), ValueError, r'knn: k=4611686018427387904 gives an output of .* x 4 '),
+    # was the allocator's "DefaultCPUAllocator: can't allocate memory: you tried to allocate ... bytes"
+    (lambda q, s: knn(q, s, 2 ** 36), ValueError, r'knn: k=68719476736 asks for an output of .* TiB, more than the'),
     # was NotImplementedError from torch.nonzero's meta kernel (sortedness check ran before the device check)
     (lambda q, s: knn(q, s, 2, torch.zeros(4, dtype=torch.long, device='meta'), torch.zeros(5, dtype=torch.long)),
      ValueError, 'all tensors must be on one device, got .* query_batch on meta'),

@@ -192,3 +192,13 @@ def test_generic_chunked_driver_matches_direct_cpu_kernels(influence, aggregatio
         chunked = torch.ops.fsdlite._kp_aggregate_chunked_backward(grad, *args.values(), *params, mask)
         for d, c in zip(direct, chunked):
             torch.testing.assert_close(c, d)
+
+
+@pytest.mark.parametrize('name', ['q_pts', 's_pts', 'kernel_points'])
+def test_nan_positions_are_refused(name):
+    """As every geometric op (knn, radius_neighbors, ...): NaN positions used to give NaN output rows."""
+    args = problem(requires_grad=False)
+    bad = args[name].clone()
+    bad.view(-1)[-1] = float('inf')
+    with pytest.raises(ValueError, match=f'kp_aggregate: {name} must contain only finite values, got inf'):
+        kp_aggregate(**{**args, name: bad}, sigma=0.5)

@@ -196,3 +196,13 @@ def test_direct_op_call_validates_in_cpp(change, match):
 def test_cuda_matches_cpu(influence, aggregation):
     args = problem(m=300, n=200, h=10, k=6, c1=12, c2=5, dtype=torch.float32, per_query=True, mod=True, seed=11)
     assert_cuda_matches_cpu(kpconv, args, GRAD_KEYS, sigma=0.6, influence=influence, aggregation=aggregation)
+
+
+@pytest.mark.parametrize('name', ['q_pts', 's_pts', 'kernel_points'])
+def test_nan_positions_are_refused(name):
+    """As every geometric op (knn, radius_neighbors, ...): NaN positions used to give NaN output rows."""
+    args = problem(requires_grad=False)
+    bad = args[name].clone()
+    bad.view(-1)[0] = float('nan')
+    with pytest.raises(ValueError, match=f'kpconv: {name} must contain only finite values, got nan'):
+        kpconv(**{**args, name: bad}, sigma=0.5, influence='linear', aggregation='sum')

@@ -125,6 +125,7 @@ def test_opcheck():
      ValueError, r'support_batch.shape\[0\] must be 5'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, None, torch.zeros(5, dtype=torch.long)), ValueError, 'together'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 2 ** 62), ValueError, r'max_neighbors=4611686018427387904 gives an'),
+    (lambda q, s: radius_neighbors(q, s, 1.0, 2 ** 40), ValueError, r'max_neighbors=1099511627776 asks for an output'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, torch.zeros(4, dtype=torch.long),
                                    torch.zeros(5, dtype=torch.long, device='meta')),
      ValueError, 'all tensors must be on one device, got .* support_batch on meta'),

@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsdlite.ops import (scatter, scatter_add, scatter_max, scatter_mean, scatter_min, scatter_sum, segment_add_csr,
+from fsdlite.ops import (scatter, scatter_add, scatter_max, scatter_mean, scatter_min, scatter_mul, scatter_sum,
+                         segment_add_csr,
                          segment_coo, segment_csr, segment_max_coo, segment_max_csr, segment_mean_coo,
                          segment_mean_csr, segment_min_coo, segment_min_csr, segment_sum_coo)
 from fsdlite.ops.scatter.reference import scatter_reference, segment_csr_reference
@@ -16,7 +17,8 @@ T = torch.tensor
 
 def call(reduce, src, index, dim=-1, out=None, dim_size=None):
     """(values, arg or None) through the named scatter_* function."""
-    fn = {'sum': scatter_sum, 'add': scatter_add, 'mean': scatter_mean, 'max': scatter_max, 'min': scatter_min}
+    fn = {'sum': scatter_sum, 'add': scatter_add, 'mean': scatter_mean, 'max': scatter_max, 'min': scatter_min,
+          'mul': scatter_mul}
     result = fn[reduce](src, index, dim, out, dim_size)
     return result if reduce in ('max', 'min') else (result, None)
 
@@ -34,6 +36,12 @@ CASES = [
     ('reference mean', 'mean', SRC, IDX, {}, [1.5, 4, 0, 6], None),
     ('reference max', 'max', SRC, IDX, {}, [2, 5, 0, 6], [2, 4, 6, 5]),
     ('reference min', 'min', SRC, IDX, {}, [1, 3, 0, 6], [0, 1, 6, 5]),
+    ('reference mul', 'mul', SRC, IDX, {}, [2, 60, 1, 6], None),
+    ('integer mul', 'mul', [1, 3, 2, 4, 5, 6], IDX, {}, [2, 60, 1, 6], None),
+    ('mul along dim 0', 'mul', X, [0, 1, 0, 2], dict(dim=0), [[3, 8], [5, 6], [7, 8]], None),
+    ('-inf is a value (max)', 'max', [-INF, -INF, 1.0], [0, 0, 1], {}, [-INF, 1], [0, 2]),
+    ('+inf is a value (min)', 'min', [INF, 2.0], [0, 1], {}, [INF, 2], [0, 1]),
+    ('the lowest int64 is a value', 'max', [-2 ** 63, 5], [0, 1], {}, [-2 ** 63, 5], [0, 1]),
     ('integer mean floors', 'mean', [1, 3, 2, 4, 5, 6], IDX, {}, [1, 4, 0, 6], None),
     ('negative integer mean floors', 'mean', [-3, 0, 7], [0, 0, 1], {}, [-2, 7], None),
     ('ties pick the first (max)', 'max', [2.0, 2, 1], [0, 0, 0], {}, [2], [0]),
@@ -61,6 +69,7 @@ CASES = [
     ('out: max keeps a larger fill', 'max', [1.0, 2], [0, 1], dict(out=[9.0, 9]), [9, 9], [2, 2]),
     ('out: min returns a smaller fill', 'min', [1.0, 2], [0, 1], dict(out=[0.0, 5]), [0, 2], [2, 1]),
     ('out: fill wins ties', 'max', [3.0], [0], dict(out=[3.0]), [3], [1]),
+    ('out: mul multiplies', 'mul', [2.0, 3, 4], [0, 0, 2], dict(out=[10.0, 20, 30]), [60, 20, 120], None),
 ]
 
 
@@ -84,7 +93,7 @@ def test_documented_cases(name, reduce, src, index, kwargs, expected, expected_a
         assert ref_arg.tolist() == expected_arg
 
 
-@pytest.mark.parametrize('reduce', ['sum', 'add', 'mean', 'min', 'max'])
+@pytest.mark.parametrize('reduce', ['sum', 'add', 'mean', 'min', 'max', 'mul'])
 def test_generic_scatter_returns_values_only(reduce):
     values = scatter(T(SRC), T(IDX), reduce=reduce)
     assert isinstance(values, torch.Tensor)
@@ -92,7 +101,7 @@ def test_generic_scatter_returns_values_only(reduce):
 
 
 @pytest.mark.parametrize('index_shape', [(5,), (1, 5, 3), (2, 5, 1), (2, 5), (2, 5, 3), (1, 5, 1)])
-@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min', 'mul'])
 def test_index_varying_along_any_dims(index_shape, reduce):
     """The index may vary along dimensions before and/or after ``dim`` and broadcast over the others."""
     g = torch.Generator().manual_seed(6)
@@ -192,7 +201,7 @@ def scatter_problems(draw):
 
 
 @settings(max_examples=80, deadline=None)
-@given(scatter_problems(), st.sampled_from(['sum', 'mean', 'max', 'min']))
+@given(scatter_problems(), st.sampled_from(['sum', 'mean', 'max', 'min', 'mul']))
 def test_property_matches_reference(problem, reduce):
     src, index, dim, out, dim_size = problem
     ref, ref_arg = scatter_reference(src, index, dim, out, dim_size, reduce)
@@ -204,7 +213,7 @@ def test_property_matches_reference(problem, reduce):
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 4), min_size=1, max_size=6), st.integers(0, 3),
-       st.sampled_from(['sum', 'mean', 'max', 'min']), st.integers(0, 2**31 - 1))
+       st.sampled_from(['sum', 'mean', 'max', 'min', 'mul']), st.integers(0, 2**31 - 1))
 def test_property_csr_equals_coo(lengths, width, reduce, seed):
     """segment_csr over offsets == segment_coo over the expanded sorted index == the loop reference."""
     total = sum(lengths)
@@ -218,7 +227,7 @@ def test_property_csr_equals_coo(lengths, width, reduce, seed):
 
 
 # ------------------------------------------------------------------------------------------ gradients
-@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min', 'mul'])
 @pytest.mark.parametrize('dim, index', [(0, T([0, 2, 2, 0, 3])), (1, T([[0, 1, 1, 0, 3], [2, 2, 0, 0, 0]]))])
 def test_gradcheck_scatter(reduce, dim, index):
     src = torch.randn(2, 5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -226,7 +235,7 @@ def test_gradcheck_scatter(reduce, dim, index):
     assert torch.autograd.gradcheck(lambda s: call(reduce, s, index, dim, dim_size=5)[0], (src,))
 
 
-@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min', 'mul'])
 def test_gradcheck_with_out(reduce):
     g = torch.Generator().manual_seed(1)
     src = torch.randn(6, 2, dtype=torch.float64, generator=g).requires_grad_()
@@ -235,7 +244,7 @@ def test_gradcheck_with_out(reduce):
     assert torch.autograd.gradcheck(lambda s, o: call(reduce, s, index, 0, out=o.clone())[0], (src, out))
 
 
-@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min', 'mul'])
 def test_gradcheck_segment_csr_coo(reduce):
     src = torch.randn(7, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(2)).requires_grad_()
     assert torch.autograd.gradcheck(lambda s: segment_csr(s, T([0, 3, 3, 6]), reduce=reduce), (src,))
@@ -247,7 +256,11 @@ def test_gradcheck_segment_csr_coo(reduce):
     (scatter_sum, (T(SRC), T([0, 1, -1, 1, 1, 3])), {}, ValueError, 'index contains -1'),
     (scatter_max, (T(SRC), T(IDX)), dict(dim_size=2), ValueError, r'index contains 3, expected values in \[0, 2\)'),
     (scatter_sum, (T(SRC), T(IDX).float()), {}, TypeError, 'index must have one of the dtypes'),
-    (scatter_sum, (T(SRC).bool(), T(IDX)), {}, TypeError, 'src must have one of the dtypes'),
+    (scatter_sum, (T(SRC).to(torch.complex64), T(IDX)), {}, TypeError, 'src must have one of the dtypes'),
+    (scatter_mean, (T(SRC).bool(), T(IDX)), {}, TypeError, "reduce='mean' needs a numeric src"),
+    (scatter_sum, ([1.0, 2.0], T(IDX)), {}, TypeError, 'src must be a torch.Tensor'),
+    (scatter_sum, (T(SRC), T(IDX)), dict(dim_size=2.0), TypeError, 'dim_size must be an int or None'),
+    (scatter, (T(SRC), T(IDX)), dict(reduce=None), TypeError, 'reduce must be a str'),
     (scatter_sum, (T(SRC), T(IDX)[:4]), {}, ValueError, 'does not broadcast'),
     (scatter_sum, (T(X), T([[[0]]])), dict(dim=0), ValueError, 'more dimensions than src'),
     (scatter_sum, (T(SRC), T(IDX)), dict(dim=1), ValueError, r'dim must be in \[-1, 1\)'),
@@ -255,7 +268,7 @@ def test_gradcheck_segment_csr_coo(reduce):
     (scatter_sum, (T(SRC), T(IDX)), dict(dim_size=-1), ValueError, 'dim_size must be >= 0'),
     (scatter_sum, (T(SRC), T(IDX)), dict(out=T([0, 0, 0, 0])), TypeError, 'out must have dtype'),
     (scatter_sum, (T(X), T([0, 1, 0, 2])), dict(dim=0, out=torch.zeros(3, 3)), ValueError, 'out must have the shape'),
-    (scatter, (T(SRC), T(IDX)), dict(reduce='mul'), ValueError, 'reduce must be one of'),
+    (scatter, (T(SRC), T(IDX)), dict(reduce='prod'), ValueError, 'reduce must be one of'),
     (segment_coo, (T(SRC), T([0, 1, 0, 1, 1, 3])), {}, ValueError, 'must be sorted'),
     (segment_coo, (T(SRC), T([[0]])), {}, ValueError, 'at most src.dim'),
     (segment_csr, (T(SRC), T([0, 3, 2, 6])), {}, ValueError, 'indptr must be sorted'),
@@ -267,6 +280,8 @@ def test_gradcheck_segment_csr_coo(reduce):
     (segment_csr, (T(SRC), T([0, 3, 6])), dict(reduce='std'), ValueError, 'reduce must be one of'),
     # were 'Storage size calculation overflowed' (naming neither the op nor dim_size) and, for a meta index,
     # 'Tensor.item() cannot be called on meta tensors' from the sortedness check
+    (scatter_max, (T(X), T([0, 1, 0, 2])), dict(dim=0, dim_size=2 ** 40), ValueError,
+     r'scatter_max: dim_size=1099511627776 asks for an output of .* more than the .* of memory on cpu; expected a'),
     (scatter_sum, (T(X), T([0, 1, 0, 2])), dict(dim=0, dim_size=2 ** 62), ValueError,
      r"scatter_sum: dim_size=4611686018427387904 gives an output of 4611686018427387904 x 2 "),
     (scatter_max, (T(SRC), T([0, 1, 0, 2 ** 63 - 1, 1, 3])), {}, ValueError,
@@ -274,13 +289,14 @@ def test_gradcheck_segment_csr_coo(reduce):
     (segment_coo, (T(SRC), T(IDX).to('meta')), {}, ValueError, 'got src on cpu, index on meta'),
 ])
 def test_invalid_inputs_raise(fn, args, kwargs, error, match):
-    with pytest.raises(error, match=match):
+    with pytest.raises(error, match=match) as raised:
         fn(*args, **kwargs)
+    assert isinstance(raised.value, RuntimeError)  # the type torch_scatter raises: code catching it keeps working
 
 
 # ----------------------------------------------------------------------------------------------- CUDA
 @pytest.mark.cuda
-@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min'])
+@pytest.mark.parametrize('reduce', ['sum', 'mean', 'max', 'min', 'mul'])
 def test_cuda_matches_cpu(reduce):
     src = torch.randint(-5, 5, (3, 400, 4), generator=torch.Generator().manual_seed(4)).float()
     index = torch.randint(0, 50, (3, 400), generator=torch.Generator().manual_seed(5))

@@ -1,5 +1,6 @@
 """segment_reduce: torch_scatter semantics table, dtypes, properties vs reference and torch.scatter_reduce,
-gradcheck, opcheck, invalid inputs, CUDA."""
+gradcheck, opcheck, invalid inputs, CUDA. The product ('mul') and the small integer / bool dtypes have their own
+section (products overflow where sums do not, so they get bounded values)."""
 
 import pytest
 import torch
@@ -50,6 +51,9 @@ TABLE = [
     ([-INF, -INF], [0, 0], None, 'max', [-INF], [0]),                   # -inf is a value
     ([INF, 2.0], [0, 0], None, 'min', [2.0], [1]),
     ([NAN, 2.0], [0, 0], None, 'sum', [NAN], None),                     # sum/mean propagate NaN
+    (SRC, IDX, None, 'mul', [2, 60, 1, 6], None),                        # empty product: 1
+    ([2.0, 0.0, 3.0], [0, 0, 1], 3, 'mul', [0, 3, 1], None),
+    ([NAN, 2.0], [0, 0], None, 'mul', [NAN], None),
     ([], [], 3, 'mean', [0.0, 0.0, 0.0], None),                         # no rows at all
     ([], [], 2, 'min', [0.0, 0.0], [0, 0]),                             # arg = N = 0
     ([], [], None, 'sum', [], None),
@@ -215,9 +219,8 @@ I = torch.tensor([0, 1, 0, 1, 1, 3])
 
 
 @pytest.mark.parametrize('args, error, match', [
-    ((S.bool(), I), TypeError, 'src must have one of the dtypes'),
     ((S.to(torch.complex64), I), TypeError, 'src must have one of the dtypes'),
-    ((S.to(torch.uint8), I), TypeError, 'src must have one of the dtypes'),
+    ((S.bool(), I, None, 'mean'), TypeError, "reduce='mean' needs a numeric src"),
     ((torch.tensor(1.0), I), ValueError, 'src must have at least 1 dimensions'),
     ([[1.0, 2.0], I[:2]], TypeError, 'src must be a torch.Tensor'),
     ((S, I.float()), TypeError, 'index must have one of the dtypes'),
@@ -230,6 +233,9 @@ I = torch.tensor([0, 1, 0, 1, 1, 3])
     ((S, I, None, 'prod'), ValueError, "reduce must be one of"),
     # were 'Storage size calculation overflowed' / a schema type error, naming neither the op nor the argument
     ((S[:, None].repeat(1, 3), I, 2 ** 62), ValueError, r'num_segments=4611686018427387904 gives an output of .* x 3 '),
+    # was the allocator's "DefaultCPUAllocator: can't allocate memory" naming no argument
+    ((S[:, None].repeat(1, 16), I, 2 ** 33), ValueError, r'num_segments=8589934592 asks for an output of 8589934592 x '
+     r'16 \(elements per row of src\) elements = 512.0 GiB, more than the .* of memory on cpu'),
     ((S, torch.tensor([0, 1, 2, 1, 1, 2 ** 63 - 1])), ValueError,
      r'num_segments \(index.max\(\) \+ 1\)=9223372036854775808 gives an output'),
 ])
@@ -253,7 +259,8 @@ def test_invalid_inputs_raise_for_arg_variants(fn):
     ((S, I.int(), 4, 'sum'), 'index must have dtype Long'),
     ((S, I, 4, 'median'), 'reduce must be one of'),
     ((S, I, -2, 'sum'), 'num_segments must be >= 0'),
-    ((S.bool(), I, 4, 'sum'), 'src must have dtype'),
+    ((S.to(torch.complex64), I, 4, 'sum'), 'src must have dtype'),
+    ((S.bool(), I, 4, 'mean'), "reduce='mean' needs a numeric src"),
     ((torch.tensor(1.0), I, 4, 'sum'), 'src must have at least 1 dimension'),
     ((S[:, None].repeat(1, 3), I, 2 ** 62, 'max'), r'num_segments=4611686018427387904 gives an output of .* x 3 '),
     ((S[:0, None, None].repeat(1, 2, 2), I[:0], 2 ** 63 - 1, 'sum'), r'num_segments=9223372036854775807 gives an'),
@@ -324,3 +331,108 @@ def test_thread_count_does_not_change_the_result(reduce, dtype):
     if one[1] is not None:
         assert torch.equal(one[1], two[1])
     assert_matches_reference(src, index, 3_001, reduce, atol=0.5 if dtype == torch.bfloat16 else 1e-5, rtol=0.01)
+
+
+def test_argument_errors_are_also_runtime_errors():
+    """torch and torch_scatter raise RuntimeError for bad arguments: code catching it keeps working."""
+    for args in ((S, torch.tensor([0, 1, -1, 1, 1, 3])), (S.to(torch.complex64), I)):
+        with pytest.raises(RuntimeError):
+            segment_reduce(*args)
+
+
+# ------------------------------------------------------------------------- products and small dtypes
+SMALL_DTYPES = [torch.int16, torch.int8, torch.uint8, torch.bool]
+ALL_REDUCES = REDUCES + ['mul']
+
+
+@pytest.mark.parametrize('dtype', SMALL_DTYPES)
+@pytest.mark.parametrize('reduce', ALL_REDUCES)
+def test_small_dtypes_match_reference(dtype, reduce):
+    if dtype == torch.bool and reduce == 'mean':
+        pytest.skip('no bool mean (tested as an error)')
+    g = torch.Generator().manual_seed(7)
+    src = torch.randint(0, 4, (300, 3), generator=g).to(dtype)
+    index = torch.randint(0, 40, (300,), generator=g)
+    out, arg = run(src, index, 41, reduce)
+    assert out.dtype == dtype
+    assert_matches_reference(src, index, 41, reduce)
+
+
+@pytest.mark.parametrize('src, reduce, expected', [
+    ([100, 100], 'sum', [-56]),      # wraps in int8, as torch.scatter_add_
+    ([100, 100], 'mean', [100]),     # exact: the sum accumulates in int64 (torch_scatter would give -28)
+    ([16, 16], 'mul', [0]),          # 256 wraps to 0
+    ([-128, -128], 'max', [-128]),   # the dtype's lowest value is a value (arg 0), not an empty segment
+])
+def test_int8_wraps_sums_and_products_but_not_means(src, reduce, expected):
+    out, arg = run(torch.tensor(src, dtype=torch.int8), torch.tensor([0, 0]), 1, reduce)
+    assert out.tolist() == expected
+    if arg is not None:
+        assert arg.tolist() == [0]
+
+
+def test_bool_sum_is_any_and_product_is_all():
+    src, index = torch.tensor([True, False, False, False, True, True]), torch.tensor([0, 0, 1, 1, 2, 2])
+    assert segment_reduce(src, index, 4, 'sum').tolist() == [True, False, True, False]
+    assert segment_reduce(src, index, 4, 'mul').tolist() == [False, False, True, True]
+
+
+@settings(max_examples=60, deadline=None)
+@given(segment_problems(dtypes=(torch.float64, torch.int64, torch.int32)))
+def test_property_mul_matches_reference(problem):
+    src, index, num_segments = problem
+    src = src.clamp(-2, 2)  # bounded products: exact in every dtype
+    assert_matches_reference(src, index, num_segments, 'mul', atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize('zeros', [(), (4,), (0, 3), (4, 6, 9)])
+def test_mul_gradcheck_with_zeros(zeros):
+    """The product's gradient is exact with zeros: one zero in a segment gets the product of the rest, every other
+    row of a segment holding a zero gets 0."""
+    src, index = grad_problem(shape=(12,))
+    src = src.detach().clone()
+    src[list(zeros)] = 0.0
+    src.requires_grad_()
+    assert torch.autograd.gradcheck(lambda s: segment_reduce(s, index, 7, 'mul'), (src,))
+
+
+def test_mul_gradgradcheck_and_opcheck():
+    src, index = grad_problem()
+    assert torch.autograd.gradgradcheck(lambda s: segment_reduce(s, index, 7, 'mul'), (src,))
+    for dtype in (torch.float32, torch.int64, torch.int8):
+        value = src.detach().to(dtype).requires_grad_(dtype.is_floating_point)
+        torch.library.opcheck(torch.ops.fsdlite.segment_reduce.default, (value, index, 7, 'mul'))
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.int64])
+def test_mul_thread_count_does_not_change_the_result(dtype):
+    g = torch.Generator().manual_seed(8)
+    src = torch.randint(-2, 3, (20_000, 8), generator=g).to(dtype)
+    index = torch.randint(0, 3_000, (20_000,), generator=g)
+    one = segment_reduce(src, index, 3_001, 'mul')
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = segment_reduce(src, index, 3_001, 'mul')
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(one, two)
+    assert_matches_reference(src, index, 3_001, 'mul')
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.int64, torch.int32, torch.float16] +
+                         SMALL_DTYPES)
+@pytest.mark.parametrize('reduce', ALL_REDUCES)
+def test_cuda_products_and_small_dtypes_match_cpu(dtype, reduce):
+    if dtype == torch.bool and reduce == 'mean':
+        pytest.skip('no bool mean')
+    g = torch.Generator().manual_seed(9)
+    src = torch.randint(-2, 3, (5000, 4), generator=g).to(dtype)
+    index = torch.randint(0, 700, (5000,), generator=g)
+    cpu = run(src, index, 800, reduce)
+    gpu = run(src.cuda(), index.cuda(), 800, reduce)
+    assert gpu[0].dtype == dtype
+    torch.testing.assert_close(gpu[0].cpu(), cpu[0], atol=1e-3, rtol=1e-3)
+    if cpu[1] is not None:
+        assert torch.equal(gpu[1].cpu(), cpu[1])

@@ -299,6 +299,7 @@ def _ok():
     (dict(pairs=torch.tensor([[0, 1, 2], [1, 1, 0]])), RuntimeError, r'output rows of offset 0 must be strictly'),
     (dict(pairs=torch.tensor([[0, 1, 2], [1, 0, 0]])), RuntimeError, r'output rows of offset 0 must be strictly'),
     (dict(num_out=-1), ValueError, r'num_out'),
+    (dict(num_out=2 ** 40), ValueError, r'sparse_conv: num_out=1099511627776 asks for an output of .* more than the'),
     (dict(bias=torch.randn(4)), ValueError, r'bias.shape\[0\] must be 5'),
 ])
 def test_invalid_arguments(change, error, match):

@@ -118,6 +118,9 @@ FOREIGN = [  # before: test.py evaluated random weights (mmengine loads non-stri
     # failed with ``KeyError: 'meta'``, collect_bounds with a 20-line RuntimeError
     ('test', [KPCNN, '{ckpt}', '--work-dir', '{tmp}/t'], "checkpoint '{ckpt}' does not belong to config"),
     ('train', [KPCNN, '--work-dir', '{tmp}/r', '--resume', '{ckpt}'], "--resume checkpoint '{ckpt}' does not belong"),
+    # was: trained from random weights and exited 0 (mmengine's load_from is not strict)
+    ('train', [KPCNN, '--work-dir', '{tmp}/l', '--cfg-options', 'load_from={ckpt}'],
+     "load_from checkpoint '{ckpt}' does not belong to config"),
     ('collect_bounds', [FSD, '--checkpoint', '{ckpt}'], "checkpoint '{ckpt}' does not belong to config"),
 ]
 
@@ -137,3 +140,64 @@ def test_resume_needs_training_state(tools, tmp_path, capsys):
     torch.save({'state_dict': MODELS.build(load_config(str(tools.repo / KPCNN)).model).state_dict()}, weights)
     line = _error(tools.load('train'), [KPCNN, '--work-dir', str(tmp_path / 'r'), '--resume', str(weights)], capsys)
     assert f"--resume checkpoint '{weights}' holds no training state" in line and 'load_from=PATH' in line
+
+
+VALUES = [  # values that failed deep inside training (TypeError in torch.optim, ZeroDivisionError in the loop,
+    # IndexError in the loss of the first batch) or were accepted and ignored
+    ([SEG, '--cfg-options', 'optim_wrapper.optimizer.lr=abc'], "optim_wrapper.optimizer.lr='abc': expected a finite "
+                                                               'number >= 0'),
+    ([SEG, '--cfg-options', 'optim_wrapper.optimizer.betas=[0.9,1.5]'], 'betas=[0.9, 1.5]: expected two numbers in'),
+    ([SEG, '--cfg-options', 'model.seg_head.num_classes=0'], 'model.seg_head.num_classes=0: expected an integer >= 1'),
+    ([KPCNN, '--cfg-options', 'model.num_classes=0'], 'model.num_classes=0: expected an integer >= 1'),
+    ([SEG, '--cfg-options', 'train_cfg.val_interval=0'], 'train_cfg.val_interval=0: expected an integer >= 1'),
+    ([SEG, '--cfg-options', 'train_cfg.max_iters=4', 'max_iters=5'],
+     '--cfg-options sets train_cfg.max_iters=4 and max_iters=5; expected one of them'),
+]
+
+
+@pytest.mark.parametrize('argv, message', VALUES, ids=[v[1].split(':')[0].split('=')[0] for v in VALUES])
+def test_config_values_training_cannot_use(argv, message, tools, paths, capsys):
+    line = _error(tools.load('train'), [argv[0], '--work-dir', str(paths / 'w'), *argv[1:]], capsys)
+    assert message in line
+
+
+def test_test_tool_checks_config_values_too(tools, paths, capsys):
+    line = _error(tools.load('test'), [KPCNN, str(paths / 'x.pth'), '--cfg-options', 'model.num_classes=0'], capsys)
+    assert 'model.num_classes=0: expected an integer >= 1' in line
+
+
+@pytest.mark.parametrize('content, message', [
+    (bytes(range(200, 256)), 'last_checkpoint holds binary data; expected the text file mmengine writes'),
+    (b'/nonexistent/iter_3.pth', "last_checkpoint names '/nonexistent/iter_3.pth', which is not a checkpoint file"),
+])
+def test_resume_with_a_damaged_last_checkpoint(content, message, tools, paths, capsys):
+    """A binary last_checkpoint used to end in a UnicodeDecodeError traceback."""
+    work = paths / 'w'
+    work.mkdir()
+    (work / 'last_checkpoint').write_bytes(content)
+    line = _error(tools.load('train'), [KPCNN, '--work-dir', str(work), '--resume'], capsys)
+    assert message in line and 'delete it to start afresh, or pass --resume CHECKPOINT' in line
+
+
+def test_partial_load_opts_out_of_the_strict_load_from(tools, foreign_checkpoint, monkeypatch, capsys):
+    from mmengine.runner import Runner
+    trained = []
+    monkeypatch.setattr(Runner, 'train', lambda self: trained.append(self))
+    tools.load('train').main([KPCNN, '--work-dir', str(foreign_checkpoint.parent / 'p'), '--partial-load',
+                              '--cfg-options', f'load_from={foreign_checkpoint}'])
+    assert len(trained) == 1
+
+
+def test_kitti_data_errors_are_one_line(tools, tmp_path, kitti_layout, capsys):
+    """An empty velodyne folder used to hang forever at 100 % CPU; a 0-byte .bin trained with loss 0; a bad label line
+    ended in a ValueError traceback."""
+    argv = ['configs/fsd/fsdlite_kitti.py', '--work-dir', str(tmp_path / 'w'), '--cfg-options', 'train_cfg.max_iters=1',
+            f'train_dataloader.dataset.data_root={tmp_path}', 'train_dataloader.dataset.ann_file=',
+            'train_dataloader.dataset.data_prefix.pts=training/velodyne', 'train_dataloader.batch_size=1']
+    train = tools.load('train')
+    kitti_layout(tmp_path, frames=())
+    assert f"KittiDataset has no samples (data_root='{tmp_path}'" in _error(train, argv, capsys)
+    kitti_layout(tmp_path, points=b'')
+    assert "000000.bin' is empty (0 bytes)" in _error(train, argv, capsys)
+    kitti_layout(tmp_path, points=bytes(16), label=kitti_layout.label.replace('1.65', 'x'))
+    assert '000000.txt:1: non-numeric label fields' in _error(train, argv, capsys)

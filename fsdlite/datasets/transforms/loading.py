@@ -6,6 +6,7 @@ import torch
 from mmcv.transforms import BaseTransform
 
 from ...registry import TRANSFORMS
+from ...utils.errors import DataError
 from ._fields import count_dropped
 
 
@@ -17,17 +18,26 @@ def load_points(path, load_dim=4, use_dim=4):
         load_dim (int): values per point stored in the file.
         use_dim (int | sequence): the first ``use_dim`` columns, or the listed column indices.
     Returns:
-        Tensor: (N, len(use_dim)) float32 (non-finite rows included; see :func:`drop_non_finite`).
+        Tensor: (N, len(use_dim)) float32, N >= 1 (non-finite rows included; see :func:`drop_non_finite`).
+    Raises:
+        FileNotFoundError: no such file.
+        DataError: an empty file (a labelled frame would train on nothing), or a size that is not a whole number of
+            ``load_dim`` float32 values (a truncated or foreign file: the trailing bytes were ignored before).
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f'point file {str(path)!r} does not exist')
     columns = list(range(use_dim)) if isinstance(use_dim, int) else [int(c) for c in use_dim]
     if not columns or min(columns) < 0 or max(columns) >= load_dim or len(columns) < 3:
         raise ValueError(f'use_dim={use_dim!r} must select at least 3 of the load_dim={load_dim} columns')
+    size, point_bytes = os.path.getsize(path), 4 * load_dim
+    if size == 0:
+        raise DataError(f'point file {str(path)!r} is empty (0 bytes); expected {point_bytes} bytes per point '
+                        f'({load_dim} float32 values)')
+    if size % point_bytes:
+        raise DataError(f'point file {str(path)!r} holds {size} bytes, not a whole number of {point_bytes}-byte points '
+                        f'({load_dim} float32 values: {size // point_bytes} points and {size % point_bytes} bytes '
+                        'left over); a truncated file, or is load_dim wrong (KITTI 4, nuScenes 5)?')
     raw = np.fromfile(path, dtype='<f4')
-    if raw.size % load_dim:
-        raise ValueError(f'point file {str(path)!r} holds {raw.size} float32 values, not a multiple of '
-                         f'load_dim={load_dim}; is load_dim right (KITTI 4, nuScenes 5)?')
     return torch.from_numpy(raw.reshape(-1, load_dim)[:, columns].copy())
 
 
