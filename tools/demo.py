@@ -27,6 +27,7 @@ from mmengine.dataset import pseudo_collate
 from mmengine.utils import ProgressBar
 
 from fsdlite.engine.errors import ToolError
+from fsdlite.engine.schedule import rescale_schedule
 from fsdlite.engine.tool_setup import (CfgOptionsAction, build_runner, check_schedule, in_dir, load_config, number,
                                        out_dir, prepare_runner_cfg)
 from fsdlite.registry import DATASETS, METRICS
@@ -83,13 +84,6 @@ class Timer:
                 timer.phases[name] = (time.perf_counter() - self.wall, time.process_time() - self.cpu)
 
         return _Phase()
-
-
-def set_max_iters(cfg, max_iters):
-    """Set ``train_cfg.max_iters`` and rescale the schedule with it (:func:`fsdlite.engine.schedule.rescale_schedule`,
-    the one rescaler of every tool)."""
-    from fsdlite.engine.schedule import rescale_schedule
-    rescale_schedule(cfg, max_iters)
 
 
 def pregenerate(dataset, what):
@@ -204,7 +198,7 @@ def load_demo_config(args):
     cfg = load_config(osp.join(REPO_ROOT, args.config) if not osp.isabs(args.config) else args.config,
                       args.cfg_options)
     if args.max_iters is not None:
-        set_max_iters(cfg, args.max_iters)
+        rescale_schedule(cfg, args.max_iters)  # the one rescaler of every tool
     return check_schedule(cfg)
 
 

@@ -62,8 +62,9 @@ def test_demo_and_slim_use_the_same_rescaler(tools, logged):
 
     from fsdlite.slim import finetune
     assert finetune.rescale_schedule is rescale_schedule
+    assert tools.load('demo').rescale_schedule is rescale_schedule
     demo_cfg = Config.fromfile(tools.repo / SEG)
-    tools.load('demo').set_max_iters(demo_cfg, 40)
+    rescale_schedule(demo_cfg, 40)
     assert demo_cfg.param_scheduler == load_config(str(tools.repo / SEG), {'max_iters': 40}).param_scheduler
 
 
