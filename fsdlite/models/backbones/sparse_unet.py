@@ -1,12 +1,13 @@
-"""Sparse 3D UNet on spconv whose output voxel set (and row order) equals its input."""
+"""Sparse 3D UNet (spconv's layers or fsdlite's own) whose output voxel set (and row order) equals its input."""
 import torch
 from torch import nn
 
 from fsdlite.registry import MODELS
+from fsdlite.utils import compat
 
 from ..layers.channels import stage_channels
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
-from ..layers.sparse_block import sparse_conv_block, sparse_sequential, to_sparse_tensor
+from ..layers.sparse_block import is_spconv_module, sparse_conv_block, sparse_sequential, to_sparse_tensor
 from ..layers.voxel_geometry import voxel_grid
 
 
@@ -53,8 +54,9 @@ class SparseUNet(nn.Module):
             kernels, the conv layers called as modules), ``'fsdlite'`` (this library's rulebook ops and fused
             ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop,
             faster on the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors, in
-            training and inference; ``'spconv'`` for CUDA tensors, where spconv's kernels are the faster).
-            Same weights, same results up to float rounding; all train.
+            training and inference; for CUDA tensors ``'spconv'`` when spconv imports, else ``'fsdlite'``'s
+            CUDA kernels). Same weights, same results up to float rounding; all train. Without spconv (or with
+            ``FSDLITE_NO_SPCONV=1``) the layers are fsdlite's own and only ``'fsdlite'`` runs them.
     """
     CONV_BACKENDS = ('auto', 'spconv', 'fsdlite')
 
@@ -136,10 +138,23 @@ class SparseUNet(nn.Module):
 
     def resolved_conv_backend(self, voxel_feats):
         """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided by the device of
-        ``voxel_feats`` (Tensor): ``'fsdlite'`` on the CPU (training and inference), ``'spconv'`` on CUDA."""
+        ``voxel_feats`` (Tensor): ``'fsdlite'`` on the CPU (training and inference); on CUDA ``'spconv'`` when the
+        layers are spconv's and spconv imports, else ``'fsdlite'`` (its CUDA kernels).
+
+        Raises:
+            RuntimeError: ``conv_backend='spconv'`` but the layers are not spconv's or spconv does not import.
+        """
+        spconv_layers = is_spconv_module(self.conv_input)
+        if self.conv_backend == 'spconv' and not (spconv_layers and compat.spconv_available()):
+            why = ("the layers were built without spconv (fsdlite's own)" if not spconv_layers
+                   else compat.spconv_unavailable_reason())
+            raise RuntimeError(f"SparseUNet(conv_backend='spconv') cannot run: {why}; use conv_backend='auto' or "
+                               "'fsdlite' (fsdlite's own kernels, CPU and CUDA)")
         if self.conv_backend != 'auto':
             return self.conv_backend
-        return 'spconv' if voxel_feats.is_cuda else 'fsdlite'
+        if voxel_feats.is_cuda and spconv_layers and compat.spconv_available():
+            return 'spconv'
+        return 'fsdlite'
 
     # ----------------------------------------------------------------------------- fixed-shape (static) path
     def _blocks(self):

@@ -1,13 +1,19 @@
-"""spconv building blocks: ``sparse conv -> norm -> act`` and sparse-tensor helpers.
+"""Sparse-conv building blocks: ``sparse conv -> norm -> act`` and sparse-tensor helpers.
 
-spconv is imported lazily through :func:`fsdlite.utils.compat.import_spconv` (CPU shims
-applied; its import takes ~10 s), so importing this module stays cheap.
+The conv layers are spconv's where spconv imports (through :func:`fsdlite.utils.compat.import_spconv`: CPU shims
+applied; its import takes ~10 s, so importing this module stays cheap), else fsdlite's own
+:class:`~fsdlite.models.layers.rulebook_conv.RulebookSparseConv3d` in an ``nn.Sequential`` (a machine without
+spconv, or ``FSDLITE_NO_SPCONV=1``). Both have the same parameters and state_dict keys, so checkpoints move between
+them unchanged; networks on fsdlite's layers run their convolutions with ``fsdlite.ops.sparse_conv`` (CPU and
+CUDA).
 """
 import torch
+from torch import nn
 
 from fsdlite.utils import compat
 
 from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, norm_has_bias
+from .rulebook_conv import RulebookSparseConv3d
 
 SPARSE_CONV_TYPES = ('SubMConv3d', 'SparseConv3d', 'SparseInverseConv3d')
 
@@ -27,20 +33,26 @@ def build_sparse_conv(conv_type, in_channels, out_channels, kernel_size=3, strid
             ``SparseConv3d`` it inverts.
         bias (bool): add a bias.
     Returns:
-        spconv module mapping a SparseConvTensor (V, C_in) to (V', C_out).
+        spconv module mapping a SparseConvTensor (V, C_in) to (V', C_out), or without spconv a
+        :class:`RulebookSparseConv3d` with the same geometry and parameters.
     """
     if conv_type not in SPARSE_CONV_TYPES:
         raise ValueError(f'conv_type must be one of {SPARSE_CONV_TYPES}, got {conv_type!r}')
-    spconv = compat.import_spconv()
     padding = kernel_size // 2 if padding is None else padding
+    if conv_type == 'SparseInverseConv3d' and indice_key is None:
+        raise ValueError('SparseInverseConv3d needs the indice_key of the SparseConv3d it inverts, got None')
+    if not compat.spconv_available():
+        return RulebookSparseConv3d(in_channels, out_channels, kernel_size,
+                                    stride=stride if conv_type == 'SparseConv3d' else 1, padding=padding, bias=bias,
+                                    subm=conv_type == 'SubMConv3d', inverse=conv_type == 'SparseInverseConv3d',
+                                    indice_key=indice_key)
+    spconv = compat.import_spconv()
     if conv_type == 'SubMConv3d':
         return spconv.SubMConv3d(in_channels, out_channels, kernel_size, padding=padding, bias=bias,
                                  indice_key=indice_key)
     if conv_type == 'SparseConv3d':
         return spconv.SparseConv3d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
                                    bias=bias, indice_key=indice_key)
-    if indice_key is None:
-        raise ValueError('SparseInverseConv3d needs the indice_key of the SparseConv3d it inverts, got None')
     return spconv.SparseInverseConv3d(in_channels, out_channels, kernel_size, bias=bias, indice_key=indice_key)
 
 
@@ -56,8 +68,16 @@ def sparse_conv_block(conv_type, in_channels, out_channels, kernel_size=3, strid
 
 
 def sparse_sequential(*modules):
-    """``spconv.SparseSequential`` of ``modules`` (plain modules act on the features)."""
+    """``spconv.SparseSequential`` of ``modules`` (plain modules act on the features); ``nn.Sequential`` without
+    spconv (its layers are run by the network, never called on a sparse tensor)."""
+    if not compat.spconv_available():
+        return nn.Sequential(*modules)
     return compat.import_spconv().SparseSequential(*modules)
+
+
+def is_spconv_module(module):
+    """True when ``module`` (or a conv inside it) is an spconv layer, which only spconv can run."""
+    return any(type(m).__module__.startswith('spconv.') for m in module.modules())
 
 
 def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
@@ -78,4 +98,5 @@ def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
                                    [int(s) for s in sparse_shape], int(batch_size))
 
 
-__all__ = ['SPARSE_CONV_TYPES', 'build_sparse_conv', 'sparse_conv_block', 'sparse_sequential', 'to_sparse_tensor']
+__all__ = ['SPARSE_CONV_TYPES', 'build_sparse_conv', 'sparse_conv_block', 'sparse_sequential', 'is_spconv_module',
+           'to_sparse_tensor']
