@@ -1,0 +1,51 @@
+"""The post-build smoke test (fsdlite.ops.smoke): a known invalid call of every op family raises a Python exception
+in a fresh process, on the CPU and (where there is one) on the GPU; a crash or a call that does not raise is
+reported with the call and the toolchain."""
+import pytest
+import torch
+
+from fsdlite.ops import build, smoke
+
+
+def test_every_family_has_a_known_invalid_call():
+    assert sorted(smoke.CALLS) == build.families()
+
+
+def test_invalid_calls_of_every_family_raise_in_a_subprocess():
+    lines = build.smoke_check()
+    devices = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+    ok = [line for line in lines if line.startswith('[smoke] ok ')]
+    assert len(ok) == len(build.families()) * len(devices), '\n'.join(lines)
+    assert any('_Unwind_RaiseException from ' in line for line in lines)  # the toolchain report
+
+
+@pytest.mark.cuda
+def test_invalid_calls_raise_on_cuda_tensors():
+    lines = build.smoke_check(devices=['cuda'])
+    assert sum(line.startswith('[smoke] ok ') for line in lines) == len(build.families()), '\n'.join(lines)
+
+
+def test_a_crash_is_reported_with_the_signal_the_call_and_the_toolchain():
+    build.load_family('knn')
+    library = [('knn', build.library_path('knn'))]
+    crash = {'knn': 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'}
+    with pytest.raises(smoke.OpsSmokeTestError, match=r'(?s)killed by SIGSEGV at "knn on cpu: import os.*'
+                                                      r'library compiler .*torch .* built with'):
+        smoke.smoke_test(library, devices=['cpu'], calls=crash)
+
+
+def test_a_call_that_does_not_raise_is_reported():
+    build.load_family('knn')
+    library = [('knn', build.library_path('knn'))]
+    with pytest.raises(smoke.OpsSmokeTestError, match='made an invalid call that did not raise'):
+        smoke.smoke_test(library, devices=['cpu'], calls={'knn': 'None'})
+
+
+@pytest.mark.parametrize('value, mode', [(None, 'raise'), ('1', 'raise'), ('warn', 'warn'), ('0', 'off'),
+                                         ('off', 'off')])
+def test_mode_from_the_environment(monkeypatch, value, mode):
+    if value is None:
+        monkeypatch.delenv(smoke.SMOKE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(smoke.SMOKE_ENV, value)
+    assert smoke.mode() == mode
