@@ -22,6 +22,7 @@ Command line (the prebuild command)::
 
     python -m fsdlite.ops.build                 # build every family now (and smoke-test what was compiled)
     python -m fsdlite.ops.build --smoke         # build if needed, then smoke-test every family
+    python -m fsdlite.ops.build --smoke --diagnose  # ... and report which ways of raising survive here
     python -m fsdlite.ops.build --nvcc-check    # compile-check CUDA sources with nvcc (sm_80 and sm_90)
 """
 import argparse
@@ -128,12 +129,41 @@ def smoke_check(selected=None, devices=None):
     subprocess (:func:`fsdlite.ops.smoke.smoke_test`); returns its report lines.
 
     Raises:
-        OpsSmokeTestError: a known invalid call crashed the process (or did not raise).
+        OpsSmokeTestError: a known invalid call crashed the process (or did not raise); the message ends with
+            :func:`diagnosis`.
     """
     selected = list(selected or families())
     for family in selected:
         load_family(family)
-    return _smoke.smoke_test([(f, library_path(f)) for f in selected], devices=devices)
+    try:
+        return _smoke.smoke_test([(f, library_path(f)) for f in selected], devices=devices)
+    except _smoke.OpsSmokeTestError as exc:
+        raise _smoke.OpsSmokeTestError(f'{exc}\n' + '\n'.join(diagnosis(devices))) from None
+
+
+def diagnosis(devices=None):
+    """:func:`fsdlite.ops.smoke.diagnose` on the ``selftest`` family (built if needed): which ways of raising an
+    error survive on this toolchain, one line per mode and device."""
+    try:
+        with _smoke_disabled():
+            load_family('selftest')
+    except Exception as exc:  # the diagnosis must not hide the error it explains
+        return [f'[diagnosis] the selftest family could not be built: {type(exc).__name__}: {exc}']
+    return ['[diagnosis] ' + line for line in _smoke.diagnose(library_path('selftest'), devices)]
+
+
+class _smoke_disabled:
+    """Within the block builds skip their own smoke test (the diagnosis builds the self-test family)."""
+
+    def __enter__(self):
+        self.previous = os.environ.get(_smoke.SMOKE_ENV)
+        os.environ[_smoke.SMOKE_ENV] = '0'
+
+    def __exit__(self, *exc):
+        if self.previous is None:
+            os.environ.pop(_smoke.SMOKE_ENV, None)
+        else:
+            os.environ[_smoke.SMOKE_ENV] = self.previous
 
 
 def _smoke_after_build(family):
@@ -144,10 +174,11 @@ def _smoke_after_build(family):
     try:
         _smoke.smoke_test([(family, library_path(family))])
     except _smoke.OpsSmokeTestError as exc:
+        report = f'{exc}\n' + '\n'.join(diagnosis()) if family != 'selftest' else str(exc)
         if mode == 'raise':
             _LOADED.pop(family, None)
-            raise
-        print(f'[fsdlite.ops] WARNING {exc}', file=sys.stderr, flush=True)
+            raise _smoke.OpsSmokeTestError(report) from None
+        print(f'[fsdlite.ops] WARNING {report}', file=sys.stderr, flush=True)
 
 
 def load_family(family):
@@ -273,6 +304,8 @@ def main(argv=None):
     parser.add_argument('--arch', action='append', help='with --nvcc-check: SM architectures (default 80 and 90)')
     parser.add_argument('--smoke', action='store_true',
                         help='build if needed, then check that a known invalid call of each family raises')
+    parser.add_argument('--diagnose', action='store_true',
+                        help='with --smoke: also run every error-propagation self-test mode, each in its own process')
     args = parser.parse_args(argv)
     unknown = sorted(set(args.families) - set(families()))
     if unknown:
@@ -281,9 +314,15 @@ def main(argv=None):
         return nvcc_check(args.families or None, archs=tuple(args.arch or DEFAULT_ARCHS), separate=args.separate)
     start = time.time()
     if args.smoke:
-        lines = smoke_check(args.families or None)
+        try:
+            lines = smoke_check(args.families or None)
+        except _smoke.OpsSmokeTestError as exc:
+            print(f'[fsdlite.ops] SMOKE TEST FAILED: {exc}')
+            return 1
+        if args.diagnose:
+            lines += diagnosis()
         print('\n'.join(lines))
-        print(f'[fsdlite.ops] smoke test passed: {sum(" ok " in line for line in lines)} invalid calls raised '
+        print(f'[fsdlite.ops] smoke test passed: {sum(line.startswith("[smoke] ok ") for line in lines)} invalid calls raised '
               f'({time.time() - start:.1f}s)')
         return 0
     built = prebuild(args.families or None)

@@ -46,6 +46,7 @@ CALLS = {
                        "'no-such-origin')",
     'radius_neighbors': "F.radius_neighbors(torch.rand(5, 3, device=dev), torch.rand(5, 3, device=dev), -1.0, 4)",
     'rulebook': "F.rulebook_inverse(torch.full((3, 2), -1, dtype=torch.long, device=dev), 5)",
+    'selftest': "F._raise_error(torch.zeros(1, device=dev), 0)",
     'segment_reduce': "F.segment_reduce(torch.rand(4, 2, device=dev), torch.zeros(4, dtype=torch.long, device=dev), "
                       "1, 'no-such-reduction')",
     'sparse_conv': "F.sparse_conv(torch.rand(4, 3, device=dev), torch.rand(1, 2, 5, device=dev), torch.zeros(2, 1, "
@@ -100,6 +101,17 @@ for family, code in spec['calls']:
             print(f'[smoke] NO ERROR {family} {dev}: the invalid call returned', flush=True)
             sys.exit(3)
 '''
+
+
+# The self-test modes (ops/selftest/selftest.h): what each checks and the Python outcome it must have.
+MODES = {
+    0: ('c10::Error (TORCH_CHECK) thrown across the library boundary', 'RuntimeError'),
+    1: ('std::runtime_error thrown across the library boundary', 'RuntimeError'),
+    2: ('c10::Error thrown and caught inside the library', None),
+    3: ('c10::Error thrown inside at::parallel_for (CPU)', 'RuntimeError'),
+    4: ('c10::ValueError (TORCH_CHECK_VALUE) thrown across the library boundary', 'ValueError'),
+    5: ('std::runtime_error thrown and caught inside the library', None),
+}
 
 
 class OpsSmokeTestError(RuntimeError):
@@ -179,4 +191,45 @@ def smoke_test(libraries, devices=None, calls=None, timeout=300):
         + f'\n(set {SMOKE_ENV}=warn to report and go on, {SMOKE_ENV}=0 to skip the check)')
 
 
-__all__ = ['SMOKE_ENV', 'CALLS', 'OpsSmokeTestError', 'mode', 'compiler_version', 'torch_compiler', 'smoke_test']
+def diagnose(selftest_library, devices=None, timeout=120):
+    """Run every self-test mode (:data:`MODES`) in its own process: which ways of raising survive here.
+
+    Args:
+        selftest_library (str | Path): the built ``selftest`` family.
+        devices (Sequence[str], optional): default ``['cpu']`` plus ``'cuda'`` when a GPU is available (the CUDA
+            dispatch throws from nvcc-compiled host code).
+    Returns:
+        list[str]: one line per mode and device, ``ok`` or what went wrong (``CRASH SIGSEGV`` ...).
+    """
+    if devices is None:
+        devices = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+    lines = []
+    for mode, (what, expected) in MODES.items():
+        for dev in devices:
+            if mode == 3 and dev != 'cpu':
+                continue
+            code = (f"out = F._raise_error(torch.zeros(1, device=dev), {mode}); print('[smoke] returned', "
+                    "tuple(out.shape))")
+            spec = dict(libraries=[['selftest', str(selftest_library)]], devices=[dev], expected=list(EXPECTED),
+                        calls=[['selftest', code]])
+            try:
+                proc = subprocess.run([sys.executable, '-c', _CHILD, json.dumps(spec)], capture_output=True,
+                                      text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                lines.append(f'mode {mode} on {dev} ({what}): TIMEOUT')
+                continue
+            out = proc.stdout
+            if proc.returncode < 0:
+                got = f'CRASH {signal.Signals(-proc.returncode).name}'
+            elif expected is None:
+                got = 'ok (returned)' if '[smoke] returned' in out else f'unexpected: {out.splitlines()[-1:]}'
+            elif f'[smoke] ok selftest {dev}: {expected}' in out:
+                got = f'ok ({expected})'
+            else:
+                got = f'unexpected (exit {proc.returncode}): {(out + proc.stderr).strip().splitlines()[-1:]}'
+            lines.append(f'mode {mode} on {dev} ({what}): {got}')
+    return lines
+
+
+__all__ = ['SMOKE_ENV', 'CALLS', 'MODES', 'OpsSmokeTestError', 'mode', 'compiler_version', 'torch_compiler',
+           'smoke_test', 'diagnose']

@@ -117,10 +117,12 @@ def main(argv=None):
         summary['steps']['build'] = dict(status='ok' if not failed else f'failed: {failed}',
                                          seconds=max(r[1] for _, r in results))
     if 'smoke' in steps:
-        status, seconds, out = run([sys.executable, '-m', 'fsdlite.ops.build', '--smoke'], out_dir / 'build.log',
+        status, seconds, out = run([sys.executable, '-m', 'fsdlite.ops.build', '--smoke', '--diagnose'],
+                                   out_dir / 'build.log',
                                    LIMITS['smoke'], env)
         summary['steps']['smoke'] = dict(status=status, seconds=seconds,
-                                         report=[line for line in out.splitlines() if 'smoke' in line][-40:])
+                                         report=[line for line in out.splitlines()
+                                                 if 'smoke' in line.lower() or 'diagnosis' in line][-60:])
     pending = {}
     with ThreadPoolExecutor(max_workers=2) as pool:  # tests and training runs share the GPU
         if 'pytest' in steps:

@@ -39,11 +39,10 @@ if [ -n "$WHEELS" ]; then  # carried wheels: no index, no dependencies resolved 
     "$WHEELS"/*.whl || { echo "device_check: installing the wheels in $WHEELS failed" >&2; exit 2; }
   export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-if ! "$PY" -c 'import fsdlite.ops' 2>/dev/null; then  # not installed: the package as the source tree maps it
-  mkdir -p "$WORK/pkg/fsdlite"
-  for entry in "$REPO"/fsdlite/*; do ln -sfn "$entry" "$WORK/pkg/fsdlite/"; done
-  ln -sfn "$REPO/ops" "$WORK/pkg/fsdlite/ops"
-  export PYTHONPATH="$WORK/pkg${PYTHONPATH:+:$PYTHONPATH}"
+if ! "$PY" -c 'import fsdlite.ops' 2>/dev/null; then
+  # fsdlite not installed (a bare GPU image): setup.py maps ops/ to fsdlite.ops; a git-ignored link does it here
+  ln -sfn ../ops "$REPO/fsdlite/ops"
+  export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 fi
 "$PY" -c 'import fsdlite.ops, mmengine' || { echo "device_check: fsdlite or mmengine does not import" >&2; exit 2; }
 

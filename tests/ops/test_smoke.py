@@ -49,3 +49,21 @@ def test_mode_from_the_environment(monkeypatch, value, mode):
     else:
         monkeypatch.setenv(smoke.SMOKE_ENV, value)
     assert smoke.mode() == mode
+
+
+def test_diagnosis_runs_every_self_test_mode_in_its_own_process():
+    """The self-test family raises in six ways (across the boundary, caught inside, inside at::parallel_for, a
+    ValueError); here every one behaves, on each device."""
+    lines = build.diagnosis()
+    devices = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+    assert len(lines) == len(smoke.MODES) * len(devices) - (len(devices) - 1)  # mode 3 is CPU-only
+    assert all(line.startswith('[diagnosis] mode ') and ': ok (' in line for line in lines), lines
+    assert any('mode 3 on cpu (c10::Error thrown inside at::parallel_for' in line for line in lines)
+
+
+@pytest.mark.parametrize('mode, error', [(0, RuntimeError), (1, RuntimeError), (3, RuntimeError), (4, ValueError)])
+def test_self_test_modes_raise_in_process(mode, error):
+    build.load_family('selftest')
+    with pytest.raises(error, match='selftest: '):
+        torch.ops.fsdlite._raise_error(torch.zeros(1), mode)
+    assert torch.ops.fsdlite._raise_error(torch.ones(2), 2).tolist() == [1.0, 1.0]  # caught inside: returns
