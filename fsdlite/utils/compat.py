@@ -134,6 +134,44 @@ def spconv_available():
     return not spconv_disabled() and _spconv_imports()
 
 
+_SPCONV_RUNS = {}  # device type -> (runs, reason): one probe per process and device type
+_PROBE_LOCK = threading.Lock()  # taken before the others (the probe imports spconv and applies its patches)
+
+
+def spconv_runs_on(device):
+    """True when spconv imports and a tiny submanifold conv runs on ``device`` (probed once per device type: an
+    spconv wheel built for another CUDA can import and still fail at its first kernel). A failed probe warns once.
+
+    Args:
+        device (torch.device | str): where the network runs.
+    """
+    device = torch.device(device)
+    if not spconv_available():
+        return False
+    with _PROBE_LOCK:
+        if device.type not in _SPCONV_RUNS:
+            _SPCONV_RUNS[device.type] = _probe_spconv(device)
+            if not _SPCONV_RUNS[device.type][0]:
+                warnings.warn(f'spconv imports but does not run on {device.type}: {_SPCONV_RUNS[device.type][1]}; '
+                              "conv_backend='auto' runs fsdlite's own sparse-conv kernels there", RuntimeWarning)
+    return _SPCONV_RUNS[device.type][0]
+
+
+@torch.compiler.disable
+def _probe_spconv(device):
+    """(True, None) when a 2-voxel SubMConv3d runs forward on ``device``, else (False, the error)."""
+    try:
+        spconv = import_spconv()
+        conv = spconv.SubMConv3d(1, 1, 3, padding=1, bias=False, indice_key='probe').to(device)
+        coords = torch.tensor([[0, 0, 0, 0], [0, 0, 0, 1]], dtype=torch.int32, device=device)
+        x = spconv.SparseConvTensor(torch.ones(2, 1, device=device), coords, [2, 2, 2], 1)
+        with torch.no_grad():
+            conv(x).features.sum().item()
+    except Exception as exc:  # any failure means: do not run spconv here
+        return False, f'{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ""}'
+    return True, None
+
+
 def spconv_unavailable_reason():
     """Why :func:`spconv_available` is False (None when it is True)."""
     if spconv_disabled():

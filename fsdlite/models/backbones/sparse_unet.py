@@ -54,8 +54,8 @@ class SparseUNet(nn.Module):
             kernels, the conv layers called as modules), ``'fsdlite'`` (this library's rulebook ops and fused
             ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop,
             faster on the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors, in
-            training and inference; for CUDA tensors ``'spconv'`` when spconv imports, else ``'fsdlite'``'s
-            CUDA kernels). Same weights, same results up to float rounding; all train. Without spconv (or with
+            training and inference; for CUDA tensors ``'spconv'`` when spconv imports and runs there, else
+            ``'fsdlite'``'s CUDA kernels). Same weights, same results up to float rounding; all train. Without spconv (or with
             ``FSDLITE_NO_SPCONV=1``) the layers are fsdlite's own and only ``'fsdlite'`` runs them.
     """
     CONV_BACKENDS = ('auto', 'spconv', 'fsdlite')
@@ -139,7 +139,8 @@ class SparseUNet(nn.Module):
     def resolved_conv_backend(self, voxel_feats):
         """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided by the device of
         ``voxel_feats`` (Tensor): ``'fsdlite'`` on the CPU (training and inference); on CUDA ``'spconv'`` when the
-        layers are spconv's and spconv imports, else ``'fsdlite'`` (its CUDA kernels).
+        layers are spconv's and spconv runs there (imports, and a first tiny conv on the device works), else
+        ``'fsdlite'`` (its CUDA kernels; fsdlite's kernels run spconv's layers too, from their weights).
 
         Raises:
             RuntimeError: ``conv_backend='spconv'`` but the layers are not spconv's or spconv does not import.
@@ -152,7 +153,7 @@ class SparseUNet(nn.Module):
                                "'fsdlite' (fsdlite's own kernels, CPU and CUDA)")
         if self.conv_backend != 'auto':
             return self.conv_backend
-        if voxel_feats.is_cuda and spconv_layers and compat.spconv_available():
+        if voxel_feats.is_cuda and spconv_layers and compat.spconv_runs_on(voxel_feats.device):
             return 'spconv'
         return 'fsdlite'
 
