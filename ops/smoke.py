@@ -115,7 +115,23 @@ MODES = {
 
 
 class OpsSmokeTestError(RuntimeError):
-    """An op library crashed (or did not raise) on a known invalid call: see the message for the toolchain."""
+    """An op library crashed (or did not raise) on a known invalid call: see the message for the toolchain.
+
+    ``crashed`` is False when the check itself could not run (the subprocess failed before any call, or timed out):
+    then nothing is known about the library, and a build only warns.
+    """
+
+    def __init__(self, message, crashed=True):
+        super().__init__(message)
+        self.crashed = crashed
+
+
+def _run_child(spec, timeout):
+    """Run the child script with ``spec``; it sees the parent's ``sys.path`` (the same torch and libraries)."""
+    path = [p for p in sys.path if p] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(dict.fromkeys(path)))
+    return subprocess.run([sys.executable, '-c', _CHILD, json.dumps(spec)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 def mode():
@@ -167,10 +183,10 @@ def smoke_test(libraries, devices=None, calls=None, timeout=300):
     spec = dict(libraries=[[f, str(p)] for f, p in libraries], devices=list(devices), expected=list(EXPECTED),
                 calls=[[f, calls[f]] for f, _ in libraries if f in calls])
     try:
-        proc = subprocess.run([sys.executable, '-c', _CHILD, json.dumps(spec)], capture_output=True, text=True,
-                              timeout=timeout)
+        proc = _run_child(spec, timeout)
     except subprocess.TimeoutExpired as exc:
-        raise OpsSmokeTestError(f'op smoke test: no answer in {timeout} s\n{exc.stdout or ""}{exc.stderr or ""}')
+        raise OpsSmokeTestError(f'op smoke test: no answer in {timeout} s\n{exc.stdout or ""}{exc.stderr or ""}',
+                                crashed=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith('[smoke]')]
     if proc.returncode == 0:
         return lines
@@ -188,7 +204,8 @@ def smoke_test(libraries, devices=None, calls=None, timeout=300):
         'argument would crash a training run. Toolchain: library compiler ' + compiler_version()
         + f'; torch {torch.__version__} built with {torch_compiler()}; Python {sys.version.split()[0]}.\n'
         + '\n'.join(lines[-6:]) + ('\n' + proc.stderr[-3000:] if proc.stderr else '')
-        + f'\n(set {SMOKE_ENV}=warn to report and go on, {SMOKE_ENV}=0 to skip the check)')
+        + f'\n(set {SMOKE_ENV}=warn to report and go on, {SMOKE_ENV}=0 to skip the check)',
+        crashed=proc.returncode < 0 or proc.returncode == 3)
 
 
 def diagnose(selftest_library, devices=None, timeout=120):
@@ -213,8 +230,7 @@ def diagnose(selftest_library, devices=None, timeout=120):
             spec = dict(libraries=[['selftest', str(selftest_library)]], devices=[dev], expected=list(EXPECTED),
                         calls=[['selftest', code]])
             try:
-                proc = subprocess.run([sys.executable, '-c', _CHILD, json.dumps(spec)], capture_output=True,
-                                      text=True, timeout=timeout)
+                proc = _run_child(spec, timeout)
             except subprocess.TimeoutExpired:
                 lines.append(f'mode {mode} on {dev} ({what}): TIMEOUT')
                 continue

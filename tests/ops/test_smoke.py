@@ -30,15 +30,29 @@ def test_a_crash_is_reported_with_the_signal_the_call_and_the_toolchain():
     library = [('knn', build.library_path('knn'))]
     crash = {'knn': 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'}
     with pytest.raises(smoke.OpsSmokeTestError, match=r'(?s)killed by SIGSEGV at "knn on cpu: import os.*'
-                                                      r'library compiler .*torch .* built with'):
+                                                      r'library compiler .*torch .* built with') as info:
         smoke.smoke_test(library, devices=['cpu'], calls=crash)
+    assert info.value.crashed
+
+
+def test_a_check_that_cannot_run_is_not_a_crash(monkeypatch, capsys):
+    """A subprocess that fails before any call (it could not import or load) says nothing about the library: the
+    error says the check did not run (crashed=False), and a build only warns."""
+    build.load_family('knn')
+    with pytest.raises(smoke.OpsSmokeTestError, match='exited with code 1') as info:
+        smoke.smoke_test([('knn', '/no/such/library.so')], devices=['cpu'])
+    assert info.value.crashed is False
+    monkeypatch.setattr(build, 'library_path', lambda family: '/no/such/library.so')
+    build._smoke_after_build('knn')  # warns, does not raise
+    assert "post-build smoke test of 'knn' did not run" in capsys.readouterr().err
 
 
 def test_a_call_that_does_not_raise_is_reported():
     build.load_family('knn')
     library = [('knn', build.library_path('knn'))]
-    with pytest.raises(smoke.OpsSmokeTestError, match='made an invalid call that did not raise'):
+    with pytest.raises(smoke.OpsSmokeTestError, match='made an invalid call that did not raise') as info:
         smoke.smoke_test(library, devices=['cpu'], calls={'knn': 'None'})
+    assert info.value.crashed
 
 
 @pytest.mark.parametrize('value, mode', [(None, 'raise'), ('1', 'raise'), ('warn', 'warn'), ('0', 'off'),
