@@ -4,6 +4,7 @@ from torch import nn
 
 from fsdlite.registry import MODELS
 from fsdlite.utils import compat
+from fsdlite.utils.constants import const
 
 from ..layers.channels import stage_channels
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
@@ -303,7 +304,7 @@ class SparseUNet(nn.Module):
         built, strided, lists, dropped = {}, {}, [], {}
         for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
             if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
-                lists.append(strided[slot][[1, 0, 2]])
+                lists.append(strided[slot].index_select(0, const([1, 0, 2], device=strided[slot].device)))
                 continue
             if nbr is None:
                 raise ValueError(f'build_pair_lists: the map of a {kind} conv (slot {slot}) is missing; only inverse '
