@@ -3,12 +3,11 @@ import torch
 from torch import nn
 
 from fsdlite.registry import MODELS
-from fsdlite.utils import compat
 from fsdlite.utils.constants import const
 
 from ..layers.channels import stage_channels
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
-from ..layers.sparse_block import is_spconv_module, sparse_conv_block, sparse_sequential, to_sparse_tensor
+from ..layers.sparse_block import choose_conv_backend, sparse_conv_block, sparse_sequential, to_sparse_tensor
 from ..layers.voxel_geometry import voxel_grid
 
 
@@ -138,25 +137,9 @@ class SparseUNet(nn.Module):
         return x.features
 
     def resolved_conv_backend(self, voxel_feats):
-        """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided by the device of
-        ``voxel_feats`` (Tensor): ``'fsdlite'`` on the CPU (training and inference); on CUDA ``'spconv'`` when the
-        layers are spconv's and spconv runs there (imports, and a first tiny conv on the device works), else
-        ``'fsdlite'`` (its CUDA kernels; fsdlite's kernels run spconv's layers too, from their weights).
-
-        Raises:
-            RuntimeError: ``conv_backend='spconv'`` but the layers are not spconv's or spconv does not import.
-        """
-        spconv_layers = is_spconv_module(self.conv_input)
-        if self.conv_backend == 'spconv' and not (spconv_layers and compat.spconv_available()):
-            why = ("the layers were built without spconv (fsdlite's own)" if not spconv_layers
-                   else compat.spconv_unavailable_reason())
-            raise RuntimeError(f"SparseUNet(conv_backend='spconv') cannot run: {why}; use conv_backend='auto' or "
-                               "'fsdlite' (fsdlite's own kernels, CPU and CUDA)")
-        if self.conv_backend != 'auto':
-            return self.conv_backend
-        if voxel_feats.is_cuda and spconv_layers and compat.spconv_runs_on(voxel_feats.device):
-            return 'spconv'
-        return 'fsdlite'
+        """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided for the device of
+        ``voxel_feats`` (:func:`~fsdlite.models.layers.sparse_block.choose_conv_backend`)."""
+        return choose_conv_backend(self.conv_backend, self.conv_input, voxel_feats.device)
 
     # ----------------------------------------------------------------------------- fixed-shape (static) path
     def _blocks(self):

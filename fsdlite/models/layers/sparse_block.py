@@ -80,6 +80,32 @@ def is_spconv_module(module):
     return any(type(m).__module__.startswith('spconv.') for m in module.modules())
 
 
+def choose_conv_backend(conv_backend, layers, device):
+    """The backend that runs a network's sparse convs: ``conv_backend`` (``'auto'``, ``'spconv'`` or ``'fsdlite'``)
+    with ``'auto'`` decided for ``device``: ``'fsdlite'`` on the CPU (training and inference); on CUDA ``'spconv'``
+    when ``layers`` are spconv's and spconv runs there (it imports and a first tiny conv on the device works), else
+    ``'fsdlite'`` (its CUDA kernels run spconv's layers too, from their weights).
+
+    Args:
+        conv_backend (str): the network's setting.
+        layers (nn.Module): the network's layers (or one block of them: all are built alike).
+        device (torch.device): where the features are.
+    Raises:
+        RuntimeError: ``'spconv'`` but the layers are not spconv's or spconv does not import.
+    """
+    spconv_layers = is_spconv_module(layers)
+    if conv_backend == 'spconv' and not (spconv_layers and compat.spconv_available()):
+        why = ("the layers were built without spconv (fsdlite's own)" if not spconv_layers
+               else compat.spconv_unavailable_reason())
+        raise RuntimeError(f"SparseUNet(conv_backend='spconv') cannot run: {why}; use conv_backend='auto' or "
+                           "'fsdlite' (fsdlite's own kernels, CPU and CUDA)")
+    if conv_backend != 'auto':
+        return conv_backend
+    if torch.device(device).type == 'cuda' and spconv_layers and compat.spconv_runs_on(device):
+        return 'spconv'
+    return 'fsdlite'
+
+
 def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
     """Wrap (V, C) features and (V, 4) ``[b, z, y, x]`` coordinates into an ``spconv.SparseConvTensor``.
 
@@ -99,4 +125,4 @@ def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
 
 
 __all__ = ['SPARSE_CONV_TYPES', 'build_sparse_conv', 'sparse_conv_block', 'sparse_sequential', 'is_spconv_module',
-           'to_sparse_tensor']
+           'choose_conv_backend', 'to_sparse_tensor']
