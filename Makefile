@@ -8,7 +8,7 @@ PIP         := $(PY) -m pip
 STAMP       := $(VENV)/.fsdlite-installed
 PYTEST_ARGS ?= -n 2
 
-.PHONY: setup ops nvcc-check demo test test-fast clean
+.PHONY: setup ops nvcc-check smoke demo test test-fast clean
 
 setup: $(STAMP)
 
@@ -28,11 +28,16 @@ ops: setup
 nvcc-check: setup
 	$(PY) -m fsdlite.ops.build --nvcc-check
 
+# a known invalid call of every op family must raise a Python exception (in a subprocess), not crash
+smoke: setup
+	$(PY) -m fsdlite.ops.build --smoke
+
 demo: ops
 	$(PY) tools/demo.py
 
 test: ops
 	$(PY) -m fsdlite.ops.build --nvcc-check
+	$(PY) -m fsdlite.ops.build --smoke
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -15,10 +15,15 @@ another.  CUDA sources join the build only when torch has CUDA.  Without a GPU,
 ``python -m fsdlite.ops.build --nvcc-check`` compile-checks every ``.cu`` with
 ``nvcc`` (one unity translation unit, so torch's headers are parsed once).
 
+Every fresh build is followed by :mod:`fsdlite.ops.smoke`: one known invalid call of the new library in a
+subprocess must raise a Python exception (on one toolchain every C++ error crashed the process instead).
+
 Command line (the prebuild command)::
 
-    python -m fsdlite.ops.build                 # build every family now
-    python -m fsdlite.ops.build --nvcc-check    # compile-check CUDA sources with nvcc
+    python -m fsdlite.ops.build                 # build every family now (and smoke-test what was compiled)
+    python -m fsdlite.ops.build --smoke         # build if needed, then smoke-test every family
+    python -m fsdlite.ops.build --smoke --diagnose  # ... and report which ways of raising survive here
+    python -m fsdlite.ops.build --nvcc-check    # compile-check CUDA sources with nvcc (sm_80 and sm_90)
 """
 import argparse
 import hashlib
@@ -33,6 +38,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from . import smoke as _smoke
 
 OPS_ROOT = Path(__file__).resolve().parent
 INCLUDE_DIR = OPS_ROOT / 'include'
@@ -105,6 +112,79 @@ def _build_dir(family):
     return Path(_get_build_directory(library_name(family), verbose=False))
 
 
+def library_path(family):
+    """Path of the family's newest built shared library (None before the first build; torch's JIT names a rebuild
+    within one process ``<name>_v<N>.so``)."""
+    built = list(_build_dir(family).glob(f'{library_name(family)}*.so'))
+    return max(built, key=lambda p: p.stat().st_mtime) if built else None
+
+
+def _library_stamp(family):
+    path = library_path(family)
+    return None if path is None else (str(path), path.stat().st_mtime_ns)
+
+
+def smoke_check(selected=None, devices=None):
+    """Smoke-test the built libraries of the selected families (default: every family, built if needed) in one
+    subprocess (:func:`fsdlite.ops.smoke.smoke_test`); returns its report lines.
+
+    Raises:
+        OpsSmokeTestError: a known invalid call crashed the process (or did not raise); the message ends with
+            :func:`diagnosis`.
+    """
+    selected = list(selected or families())
+    for family in selected:
+        load_family(family)
+    try:
+        return _smoke.smoke_test([(f, library_path(f)) for f in selected], devices=devices)
+    except _smoke.OpsSmokeTestError as exc:
+        raise _smoke.OpsSmokeTestError(f'{exc}\n' + '\n'.join(diagnosis(devices)), exc.crashed) from None
+
+
+def diagnosis(devices=None):
+    """:func:`fsdlite.ops.smoke.diagnose` on the ``selftest`` family (built if needed): which ways of raising an
+    error survive on this toolchain, one line per mode and device."""
+    try:
+        with _smoke_disabled():
+            load_family('selftest')
+    except Exception as exc:  # the diagnosis must not hide the error it explains
+        return [f'[diagnosis] the selftest family could not be built: {type(exc).__name__}: {exc}']
+    return ['[diagnosis] ' + line for line in _smoke.diagnose(library_path('selftest'), devices)]
+
+
+class _smoke_disabled:
+    """Within the block builds skip their own smoke test (the diagnosis builds the self-test family)."""
+
+    def __enter__(self):
+        self.previous = os.environ.get(_smoke.SMOKE_ENV)
+        os.environ[_smoke.SMOKE_ENV] = '0'
+
+    def __exit__(self, *exc):
+        if self.previous is None:
+            os.environ.pop(_smoke.SMOKE_ENV, None)
+        else:
+            os.environ[_smoke.SMOKE_ENV] = self.previous
+
+
+def _smoke_after_build(family):
+    """The post-build smoke test of one freshly compiled family, as ``FSDLITE_OPS_SMOKE`` asks."""
+    mode = _smoke.mode()
+    if mode == 'off':
+        return
+    try:
+        _smoke.smoke_test([(family, library_path(family))])
+    except _smoke.OpsSmokeTestError as exc:
+        if not exc.crashed:  # the check could not run here (not a verdict on the library): say so and go on
+            print(f'[fsdlite.ops] WARNING the post-build smoke test of {family!r} did not run: {exc}', file=sys.stderr,
+                  flush=True)
+            return
+        report = f'{exc}\n' + '\n'.join(diagnosis()) if family != 'selftest' else str(exc)
+        if mode == 'raise':
+            _LOADED.pop(family, None)
+            raise _smoke.OpsSmokeTestError(report) from None
+        print(f'[fsdlite.ops] WARNING {report}', file=sys.stderr, flush=True)
+
+
 def load_family(family):
     """Build (if needed) and load the shared library of one op family; idempotent.
 
@@ -123,8 +203,8 @@ def load_family(family):
         with_cuda = cuda_enabled()
         name = library_name(family)
         build_dir = _build_dir(family)
-        fresh = not any(build_dir.glob(f'{name}*.so'))
-        if fresh:
+        before = _library_stamp(family)
+        if before is None:
             print(f'[fsdlite.ops] compiling op family {family!r} (first use; cached in {build_dir}) ...',
                   file=sys.stderr, flush=True)
         start = time.time()
@@ -143,9 +223,10 @@ def load_family(family):
             is_python_module=False,
             verbose=os.environ.get('FSDLITE_OPS_VERBOSE', '0') == '1',
         )
-        if fresh:
-            print(f'[fsdlite.ops] {family!r} ready in {time.time() - start:.1f}s', file=sys.stderr, flush=True)
         _LOADED[family] = str(build_dir)
+        if _library_stamp(family) != before:  # compiled now (first use or a source edit): check errors raise
+            _smoke_after_build(family)
+            print(f'[fsdlite.ops] {family!r} ready in {time.time() - start:.1f}s', file=sys.stderr, flush=True)
         return _LOADED[family]
 
 
@@ -163,7 +244,7 @@ NVCC_FLAGS = [
     '-D__CUDA_NO_BFLOAT16_CONVERSIONS__', '-D__CUDA_NO_HALF2_OPERATORS__', '-Xcompiler', '-fPIC',
     '-DFSDLITE_WITH_CUDA',
 ]
-DEFAULT_ARCHS = ('80',)
+DEFAULT_ARCHS = ('80', '90')
 
 
 def cuda_sources(selected=None):
@@ -224,7 +305,11 @@ def main(argv=None):
     parser.add_argument('families', nargs='*', help='op families to build (default: all)')
     parser.add_argument('--nvcc-check', action='store_true', help='compile-check the CUDA sources with nvcc')
     parser.add_argument('--separate', action='store_true', help='with --nvcc-check: one nvcc call per file')
-    parser.add_argument('--arch', action='append', help='with --nvcc-check: SM architectures (default 80)')
+    parser.add_argument('--arch', action='append', help='with --nvcc-check: SM architectures (default 80 and 90)')
+    parser.add_argument('--smoke', action='store_true',
+                        help='build if needed, then check that a known invalid call of each family raises')
+    parser.add_argument('--diagnose', action='store_true',
+                        help='with --smoke: also run every error-propagation self-test mode, each in its own process')
     args = parser.parse_args(argv)
     unknown = sorted(set(args.families) - set(families()))
     if unknown:
@@ -232,6 +317,18 @@ def main(argv=None):
     if args.nvcc_check:
         return nvcc_check(args.families or None, archs=tuple(args.arch or DEFAULT_ARCHS), separate=args.separate)
     start = time.time()
+    if args.smoke:
+        try:
+            lines = smoke_check(args.families or None)
+        except _smoke.OpsSmokeTestError as exc:
+            print(f'[fsdlite.ops] SMOKE TEST FAILED: {exc}')
+            return 1
+        if args.diagnose:
+            lines += diagnosis()
+        print('\n'.join(lines))
+        print(f'[fsdlite.ops] smoke test passed: {sum(line.startswith("[smoke] ok ") for line in lines)} invalid calls raised '
+              f'({time.time() - start:.1f}s)')
+        return 0
     built = prebuild(args.families or None)
     print(f'[fsdlite.ops] {len(built)} op families ready ({", ".join(built)}) in {time.time() - start:.1f}s')
     return 0

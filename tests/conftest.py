@@ -56,10 +56,22 @@ def kitti_layout():
     return write_kitti_layout
 
 
+#: Device of the ``gpu`` fixture. ``FSDLITE_TEST_GPU_DEVICE=cpu`` runs the ``cuda`` tests written on that fixture
+#: on the CPU where there is no GPU (a dry run of the GPU checks: tools/device_check.sh with FSDLITE_DEVICE=cpu).
+GPU_DEVICE_ENV = 'FSDLITE_TEST_GPU_DEVICE'
+
+
+@pytest.fixture
+def gpu():
+    """The device the ``cuda`` tests run on: ``cuda``, or ``$FSDLITE_TEST_GPU_DEVICE`` (a dry run on the CPU)."""
+    return torch.device(os.environ.get(GPU_DEVICE_ENV, 'cuda'))
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
+    dry_run = os.environ.get(GPU_DEVICE_ENV, 'cuda') != 'cuda'
     skip = pytest.mark.skip(reason='needs a CUDA device; none is available')
     for item in items:
-        if 'cuda' in item.keywords:
+        if 'cuda' in item.keywords and not (dry_run and 'gpu' in getattr(item, 'fixturenames', ())):
             item.add_marker(skip)

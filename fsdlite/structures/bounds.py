@@ -34,9 +34,11 @@ class BoundExceededError(RuntimeError):
 
 
 def is_exporting():
-    """True while torch.compile/torch.export, TorchScript tracing/scripting or ONNX export runs the model."""
+    """True while torch.compile/torch.export, TorchScript tracing/scripting or ONNX export runs the model, or while
+    a CUDA graph is captured (no host reads then: bounds truncate and count, as in an exported graph)."""
     return bool(torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
-                or torch.onnx.is_in_onnx_export())
+                or torch.onnx.is_in_onnx_export()
+                or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()))
 
 
 def check_bound(needed, allowed, name, strict=None):

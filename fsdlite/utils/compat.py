@@ -26,6 +26,7 @@ import takes ~10 s on CPU, so it is never imported eagerly).
 """
 import contextlib
 import functools
+import os
 import os.path as osp
 import threading
 import warnings
@@ -101,15 +102,81 @@ def patch_mmengine_checkpoint_loading():
 
 
 # ----------------------------------------------------------------------------- spconv
+#: Set to 1 to run as if spconv were not installed (fsdlite's own sparse-conv modules and kernels everywhere);
+#: what a machine without spconv (a CUDA image without a matching spconv wheel) does, testable anywhere.
+NO_SPCONV_ENV = 'FSDLITE_NO_SPCONV'
+_IMPORT_LOCK = threading.Lock()  # (not _LOCK: the patches run under that one and import spconv)
+_SPCONV_IMPORT = {}  # 'ok' -> bool, 'error' -> the import error (spconv's import is tried once per process)
+
+
+def spconv_disabled():
+    """True when ``FSDLITE_NO_SPCONV=1`` asks fsdlite to ignore an installed spconv (read on every call)."""
+    return os.environ.get(NO_SPCONV_ENV, '0') not in ('', '0')
+
+
+def _spconv_imports():
+    """True when spconv 2.x imports (tried once per process, whatever ``FSDLITE_NO_SPCONV`` says)."""
+    with _IMPORT_LOCK:
+        if 'ok' not in _SPCONV_IMPORT:
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings('ignore', category=FutureWarning)
+                    warnings.filterwarnings('ignore', category=DeprecationWarning)
+                    import spconv.pytorch  # noqa: F401
+                _SPCONV_IMPORT['ok'] = True
+            except Exception as exc:  # not installed, or built for another torch / CUDA
+                _SPCONV_IMPORT.update(ok=False, error=f'{type(exc).__name__}: {exc}')
+    return _SPCONV_IMPORT['ok']
+
+
 def spconv_available():
-    """True when spconv 2.x imports."""
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings('ignore', category=FutureWarning)
-            import spconv.pytorch  # noqa: F401
-    except Exception:  # pragma: no cover - depends on the environment
+    """True when spconv 2.x imports and ``FSDLITE_NO_SPCONV`` is not set (a failed import is not retried)."""
+    return not spconv_disabled() and _spconv_imports()
+
+
+_SPCONV_RUNS = {}  # device type -> (runs, reason): one probe per process and device type
+_PROBE_LOCK = threading.Lock()  # taken before the others (the probe imports spconv and applies its patches)
+
+
+def spconv_runs_on(device):
+    """True when spconv imports and a tiny submanifold conv runs on ``device`` (probed once per device type: an
+    spconv wheel built for another CUDA can import and still fail at its first kernel). A failed probe warns once.
+
+    Args:
+        device (torch.device | str): where the network runs.
+    """
+    device = torch.device(device)
+    if not spconv_available():
         return False
-    return True
+    with _PROBE_LOCK:
+        if device.type not in _SPCONV_RUNS:
+            _SPCONV_RUNS[device.type] = _probe_spconv(device)
+            if not _SPCONV_RUNS[device.type][0]:
+                warnings.warn(f'spconv imports but does not run on {device.type}: {_SPCONV_RUNS[device.type][1]}; '
+                              "conv_backend='auto' runs fsdlite's own sparse-conv kernels there", RuntimeWarning)
+    return _SPCONV_RUNS[device.type][0]
+
+
+@torch.compiler.disable
+def _probe_spconv(device):
+    """(True, None) when a 2-voxel SubMConv3d runs forward on ``device``, else (False, the error)."""
+    try:
+        spconv = import_spconv()
+        conv = spconv.SubMConv3d(1, 1, 3, padding=1, bias=False, indice_key='probe').to(device)
+        coords = torch.tensor([[0, 0, 0, 0], [0, 0, 0, 1]], dtype=torch.int32, device=device)
+        x = spconv.SparseConvTensor(torch.ones(2, 1, device=device), coords, [2, 2, 2], 1)
+        with torch.no_grad():
+            conv(x).features.sum().item()
+    except Exception as exc:  # any failure means: do not run spconv here
+        return False, f'{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ""}'
+    return True, None
+
+
+def spconv_unavailable_reason():
+    """Why :func:`spconv_available` is False (None when it is True)."""
+    if spconv_disabled():
+        return f'{NO_SPCONV_ENV}=1 is set'
+    return None if spconv_available() else f'spconv does not import ({_SPCONV_IMPORT.get("error")})'
 
 
 def default_spconv_algo():
@@ -182,7 +249,7 @@ def _guard_backward(backward_fn):
 @_once
 def patch_spconv():
     """Apply the spconv CPU shims (stream for backward, Native algo, strided-conv thread guard)."""
-    if not spconv_available():  # pragma: no cover
+    if not _spconv_imports():  # pragma: no cover
         return
     import spconv.pytorch.conv as spconv_conv
     import spconv.pytorch.ops as spconv_ops
@@ -210,6 +277,9 @@ def import_spconv():
     FutureWarning per decorated function, and ``torch.jit.script`` (DeprecationWarning);
     those import-time warnings are silenced here.
     """
+    if not spconv_available():
+        raise ImportError(f'spconv is needed here but {spconv_unavailable_reason()}; fsdlite\'s own sparse '
+                          "convolutions need no spconv (SparseUNet(conv_backend='auto' or 'fsdlite'))")
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', category=FutureWarning)
         warnings.filterwarnings('ignore', category=DeprecationWarning)

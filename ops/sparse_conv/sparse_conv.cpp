@@ -2,7 +2,10 @@
 #include "sparse_conv.h"
 
 #include <ATen/ops/min.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
+
+#include <algorithm>
 
 #include "fsdlite_ops/common.h"
 
@@ -64,13 +67,32 @@ int64_t check_args(const at::Tensor& features, const at::Tensor& weight, const a
   // Output rows strictly increasing within each offset (so no output row twice: the kernels split an offset's
   // pairs among threads without atomics). pairs_by_offset produces this order.
   const int64_t* s = starts.data_ptr<int64_t>();
-  const at::Tensor outs = pairs.select(0, 1).cpu().contiguous();
-  const int64_t* o = outs.data_ptr<int64_t>();
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = s[i] + 1; j < s[i + 1]; ++j)
-      TORCH_CHECK(o[j] > o[j - 1], op, ": the output rows of offset ", i, " must be strictly increasing (each "
-                  "output row at most once per offset, as pairs_by_offset gives them), got ", o[j - 1], " then ",
-                  o[j], " at pairs[1, ", j - 1, ":", j + 1, "]");
+  const int64_t p = pairs.size(1);
+  int64_t bad = -1;  // the first j with o[j] <= o[j - 1] inside one offset
+  if (pairs.device().is_cpu()) {
+    const at::Tensor outs = pairs.select(0, 1).contiguous();
+    const int64_t* o = outs.data_ptr<int64_t>();
+    for (int64_t i = 0; i < k && bad < 0; ++i)
+      for (int64_t j = s[i] + 1; j < s[i + 1]; ++j)
+        if (o[j] <= o[j - 1]) {
+          bad = j;
+          break;
+        }
+  } else if (p > 1) {  // on the device: one pass and one read of the answer (no copy of the pairs to the host)
+    const at::Tensor outs = pairs.select(0, 1);
+    at::Tensor first = at::zeros({p}, pairs.options().dtype(at::kBool));  // first pair of an offset
+    first.index_fill_(0, offset_starts.narrow(0, 0, k).clamp_max(p - 1), true);
+    const at::Tensor wrong = outs.narrow(0, 1, p - 1).le(outs.narrow(0, 0, p - 1)).logical_and_(
+        first.narrow(0, 1, p - 1).logical_not());
+    if (wrong.any().item<bool>()) bad = wrong.nonzero().min().item<int64_t>() + 1;
+  }
+  if (bad >= 0) {
+    const int64_t i = std::upper_bound(s, s + k + 1, bad) - s - 1;  // its offset
+    const int64_t before = pairs.select(0, 1)[bad - 1].item<int64_t>(), at = pairs.select(0, 1)[bad].item<int64_t>();
+    TORCH_CHECK(false, op, ": the output rows of offset ", i, " must be strictly increasing (each output row at "
+                "most once per offset, as pairs_by_offset gives them), got ", before, " then ", at, " at pairs[1, ",
+                bad - 1, ":", bad + 1, "]");
+  }
   return k;
 }
 

@@ -3,7 +3,10 @@ import pytest
 import torch
 
 from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d
+from fsdlite.models.layers.sparse_block import is_spconv_module
 from fsdlite.ops import voxel_keys
+from fsdlite.utils import compat
 
 GRID = dict(voxel_size=(1.0, 1.0, 1.0), point_range=(0.0, 0.0, 0.0, 12.0, 12.0, 8.0))
 SMALL = dict(base_channels=4, encoder_channels=((4,), (8, 8), (8,)),
@@ -154,8 +157,69 @@ def test_auto_backend_follows_the_device():
     assert SparseUNet(5, **GRID, **SMALL, conv_backend='spconv').resolved_conv_backend(torch.zeros(1, 5)) == 'spconv'
 
 
+def test_without_spconv_the_layers_are_fsdlite_s_and_load_spconv_weights(monkeypatch):
+    """FSDLITE_NO_SPCONV=1 (what a machine without spconv does): the UNet is built from RulebookSparseConv3d layers
+    with spconv's state_dict keys and shapes, 'auto' runs fsdlite's kernels on every device, 'spconv' says why it
+    cannot run, and the outputs equal the spconv-built network's with the same weights."""
+    spconv_net = _twin_nets(3)[1].eval()
+    monkeypatch.setenv(compat.NO_SPCONV_ENV, '1')
+    assert not compat.spconv_available() and 'FSDLITE_NO_SPCONV' in compat.spconv_unavailable_reason()
+    net = SparseUNet(5, **GRID, **SMALL)
+    assert not is_spconv_module(net)
+    assert any(isinstance(m, RulebookSparseConv3d) for m in net.modules())
+    state = spconv_net.state_dict()
+    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in state.items()}
+    net.load_state_dict(state, strict=True)
+    net.eval()
+    assert net.resolved_conv_backend(torch.zeros(1, 5)) == 'fsdlite'
+    feats, coors = _voxels(60, 9)
+    with torch.no_grad():
+        got = net(feats, coors, 2)
+    monkeypatch.delenv(compat.NO_SPCONV_ENV)
+    with torch.no_grad():
+        want = spconv_net(feats, coors, 2)
+    assert torch.allclose(got, want, atol=1e-5)
+    net.conv_backend = 'spconv'
+    with pytest.raises(RuntimeError, match="conv_backend='spconv'.* built without spconv.*use conv_backend='auto'"):
+        net(feats, coors, 2)
+
+
+def test_without_spconv_import_spconv_names_the_way_out(monkeypatch):
+    monkeypatch.setenv(compat.NO_SPCONV_ENV, '1')
+    with pytest.raises(ImportError, match="FSDLITE_NO_SPCONV=1 is set.*conv_backend='auto' or 'fsdlite'"):
+        compat.import_spconv()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('no_spconv', [False, True])
+def test_auto_backend_on_cuda_without_spconv_runs_fsdlite_kernels(monkeypatch, no_spconv):
+    """On CUDA 'auto' runs fsdlite's kernels when spconv is missing (or FSDLITE_NO_SPCONV=1): forward and backward
+    agree with the CPU."""
+    if no_spconv:
+        monkeypatch.setenv(compat.NO_SPCONV_ENV, '1')
+    elif compat.spconv_available():
+        pytest.skip('spconv imports here: the spconv case is test_auto_backend_uses_spconv_on_cuda...')
+    torch.manual_seed(4)
+    net = SparseUNet(5, **GRID, **SMALL).double()
+    feats, coors = _voxels(70, 10)
+    feats = feats.double()
+    outs = []
+    for device in ('cpu', 'cuda'):
+        net = net.to(device)
+        assert net.resolved_conv_backend(feats.to(device)) == 'fsdlite'
+        x = feats.to(device).requires_grad_()
+        net.zero_grad()
+        out = net(x, coors.to(device), 2)
+        out.square().sum().backward()
+        outs.append([out.detach().cpu(), x.grad.cpu()] + [p.grad.cpu() for p in net.parameters()])
+    for a, b in zip(*outs):
+        torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.cuda
 def test_auto_backend_uses_spconv_on_cuda_and_fsdlite_kernels_agree():
+    if not compat.spconv_available():
+        pytest.skip(f'needs spconv: {compat.spconv_unavailable_reason()}')
     ours, theirs = _twin_nets(2)
     ours.conv_backend = 'auto'
     feats, coors = _voxels(60, 8)

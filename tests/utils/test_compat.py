@@ -1,5 +1,6 @@
 """Tests of fsdlite.utils.compat: mmengine checkpoints on torch >= 2.6 and the spconv CPU shims."""
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -153,3 +154,31 @@ def test_random_convs_match_dense_conv3d_with_two_threads(spconv):
     finally:
         torch.set_num_threads(previous)
     assert checked['strided'] >= 25 and checked['subm'] >= 25
+
+
+# ------------------------------------------------------------------------------- spconv runs where it imports
+def test_spconv_runs_on_the_cpu_here():
+    assert compat.spconv_runs_on('cpu') is compat.spconv_available()
+
+
+def test_a_failed_spconv_probe_warns_once_and_says_no(monkeypatch):
+    """An spconv wheel built for another CUDA imports and fails at its first kernel: 'auto' must then not pick it."""
+    monkeypatch.setattr(compat, '_SPCONV_RUNS', {})
+    monkeypatch.setattr(compat, '_probe_spconv', lambda device: (False, 'RuntimeError: no kernel image for sm_90'))
+    monkeypatch.setattr(compat, 'spconv_available', lambda: True)
+    with pytest.warns(RuntimeWarning, match="does not run on cuda: RuntimeError: no kernel image.*fsdlite's own"):
+        assert compat.spconv_runs_on('cuda') is False
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert compat.spconv_runs_on(torch.device('cuda', 0)) is False  # probed once per device type
+
+
+@pytest.mark.cuda
+def test_auto_backend_on_cuda_skips_an_spconv_that_does_not_run(monkeypatch):
+    if not compat.spconv_available():
+        pytest.skip(f'needs spconv: {compat.spconv_unavailable_reason()}')
+    from fsdlite.models.backbones import SparseUNet
+    monkeypatch.setattr(compat, '_SPCONV_RUNS', {'cuda': (False, 'broken')})
+    net = SparseUNet(4, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 8.0, 8.0, 8.0), base_channels=4,
+                     encoder_channels=((4,), (4,)), decoder_channels=((4, 4, 4), (4, 4, 4))).cuda()
+    assert net.resolved_conv_backend(torch.zeros(1, 4, device='cuda')) == 'fsdlite'

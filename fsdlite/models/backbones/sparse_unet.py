@@ -1,12 +1,13 @@
-"""Sparse 3D UNet on spconv whose output voxel set (and row order) equals its input."""
+"""Sparse 3D UNet (spconv's layers or fsdlite's own) whose output voxel set (and row order) equals its input."""
 import torch
 from torch import nn
 
 from fsdlite.registry import MODELS
+from fsdlite.utils.constants import const
 
 from ..layers.channels import stage_channels
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
-from ..layers.sparse_block import sparse_conv_block, sparse_sequential, to_sparse_tensor
+from ..layers.sparse_block import choose_conv_backend, sparse_conv_block, sparse_sequential, to_sparse_tensor
 from ..layers.voxel_geometry import voxel_grid
 
 
@@ -53,8 +54,9 @@ class SparseUNet(nn.Module):
             kernels, the conv layers called as modules), ``'fsdlite'`` (this library's rulebook ops and fused
             ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop,
             faster on the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors, in
-            training and inference; ``'spconv'`` for CUDA tensors, where spconv's kernels are the faster).
-            Same weights, same results up to float rounding; all train.
+            training and inference; for CUDA tensors ``'spconv'`` when spconv imports and runs there, else
+            ``'fsdlite'``'s CUDA kernels). Same weights, same results up to float rounding; all train. Without spconv (or with
+            ``FSDLITE_NO_SPCONV=1``) the layers are fsdlite's own and only ``'fsdlite'`` runs them.
     """
     CONV_BACKENDS = ('auto', 'spconv', 'fsdlite')
 
@@ -135,11 +137,9 @@ class SparseUNet(nn.Module):
         return x.features
 
     def resolved_conv_backend(self, voxel_feats):
-        """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided by the device of
-        ``voxel_feats`` (Tensor): ``'fsdlite'`` on the CPU (training and inference), ``'spconv'`` on CUDA."""
-        if self.conv_backend != 'auto':
-            return self.conv_backend
-        return 'spconv' if voxel_feats.is_cuda else 'fsdlite'
+        """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided for the device of
+        ``voxel_feats`` (:func:`~fsdlite.models.layers.sparse_block.choose_conv_backend`)."""
+        return choose_conv_backend(self.conv_backend, self.conv_input, voxel_feats.device)
 
     # ----------------------------------------------------------------------------- fixed-shape (static) path
     def _blocks(self):
@@ -287,7 +287,7 @@ class SparseUNet(nn.Module):
         built, strided, lists, dropped = {}, {}, [], {}
         for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
             if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
-                lists.append(strided[slot][[1, 0, 2]])
+                lists.append(strided[slot].index_select(0, const([1, 0, 2], device=strided[slot].device)))
                 continue
             if nbr is None:
                 raise ValueError(f'build_pair_lists: the map of a {kind} conv (slot {slot}) is missing; only inverse '

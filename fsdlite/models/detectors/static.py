@@ -26,6 +26,9 @@ from torch import nn
 
 from fsdlite.structures.bounds import Bounds, check_bound, scale_bounds
 from fsdlite.structures.padded import pad_to_bound, valid_mask
+from fsdlite.utils.compat import spconv_available
+
+from ..layers.sparse_block import is_spconv_module
 
 from .stages import stage
 
@@ -339,18 +342,18 @@ class StaticDetectorMixin:
         counts, hooks, unet_voxels = {}, [], {}
         for name, unet in self.unet_bounds().items():
             counts[name] = [0] * len(unet.encoder)
-            for s, enc in enumerate(unet.encoder):
-                def hook(module, args, out, name=name, s=s):
-                    counts[name][s] = int(out.indices.shape[0])
-                hooks.append(enc.register_forward_hook(hook))
 
             def input_hook(module, args, name=name):  # SparseUNet.forward(voxel_feats, voxel_coors, batch_size)
                 unet_voxels[name] = args[1]
             hooks.append(unet.register_forward_pre_hook(input_hook))
         try:
             if inputs['voxel_coors'].shape[0]:
-                with dynamic_path(self):  # the level hooks read spconv's output voxels
+                with dynamic_path(self):
                     _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
+                for name, unet in self.unet_bounds().items():  # the voxels of every level (spconv's record count)
+                    if name in unet_voxels:
+                        _, levels = unet.exact_rulebooks(unet_voxels[name].long())
+                        counts[name] = [int(level.shape[0]) for level in levels]
                 per = torch.bincount(fg.batch * c + fg.class_id, minlength=inputs['batch_size'] * c)
                 needed['max_fg_points'] = per.view(-1, c).max(0).values.tolist()
                 scores = self.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)[1]
@@ -410,7 +413,9 @@ def dynamic_path(model, conv_backend='spconv'):
     a ``static`` model runs eagerly and every submodule with a ``conv_backend`` (SparseUNet) uses ``'spconv'``,
     whose conv layers are called as modules (the fixed-shape path and the ``'fsdlite'`` backend read their
     weights through functional convs), so module hooks see every layer -- what the slim tracer and the cost
-    counter need. ``conv_backend=None`` keeps each module's own backend (the eager inference users run).
+    counter need. ``conv_backend=None`` keeps each module's own backend (the eager inference users run). Where a
+    network's layers are not spconv's (no spconv on the machine) ``'spconv'`` falls back to ``'auto'``: the
+    values are the same, but hooks then see no conv layer.
     """
     previous = getattr(model, 'static', False)
     backends = [(m, m.conv_backend) for m in model.modules() if hasattr(m, 'conv_backend')]
@@ -418,7 +423,8 @@ def dynamic_path(model, conv_backend='spconv'):
         model.static = False
     if conv_backend is not None:
         for module, _ in backends:
-            module.conv_backend = conv_backend
+            runnable = conv_backend != 'spconv' or (spconv_available() and is_spconv_module(module))
+            module.conv_backend = conv_backend if runnable else 'auto'
     try:
         yield model
     finally:

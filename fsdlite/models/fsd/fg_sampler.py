@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 
 from fsdlite.structures.bounds import check_bound
+from fsdlite.utils.constants import const
 
 from ...registry import TASK_UTILS
 from .coders import decode_vote
@@ -133,8 +134,8 @@ class ForegroundSampler:
     def voted_centre(self, xyz, codes):
         """Voted centres (P, 3) of points ``xyz`` (P, 3) with vote codes (P, 3), clamped into the point range."""
         offsets = decode_vote(codes.detach())  # votes learn from the vote loss only
-        low = torch.tensor(self.point_range[:3], dtype=xyz.dtype, device=xyz.device)
-        high = torch.tensor(self.point_range[3:], dtype=xyz.dtype, device=xyz.device)
+        low = const([float(v) for v in self.point_range[:3]], xyz.dtype, xyz.device)
+        high = const([float(v) for v in self.point_range[3:]], xyz.dtype, xyz.device)
         # keep centres strictly inside the range so every voxelization of them includes them
         return torch.maximum(torch.minimum(xyz + offsets, high - 1e-3), low)
 
@@ -161,7 +162,7 @@ class ForegroundSampler:
             raise ValueError(f'ForegroundSampler.select_padded: bounds needs one value per class ({c}), got {bounds}')
         names = names or [f'max_fg_points[{k}]' for k in range(c)]
         detached = scores.detach()
-        thr = torch.tensor(self.score_thresholds, dtype=detached.dtype, device=scores.device)
+        thr = const([float(v) for v in self.score_thresholds], detached.dtype, scores.device)
         above = (detached > thr) & valid[:, None]
         in_sample = batch[None, :] == torch.arange(batch_size, device=batch.device)[:, None]     # (B, N)
         keep = torch.zeros(n * c + 1, dtype=torch.long, device=scores.device)

@@ -17,6 +17,7 @@ import torch
 from fsdlite.ops.rulebook import ConvRulebook, conv_output_shape
 from fsdlite.structures.bounds import is_exporting
 from fsdlite.structures.padded import valid_mask
+from fsdlite.utils.constants import const
 
 
 def _triple(value):
@@ -35,7 +36,7 @@ def _reaching_taps(c, k, s, p, d):
     ``M = ceil(k / (s / gcd(d, s)))``; whether the output cell exists is checked by the caller."""
     period = s // math.gcd(d, s)  # taps reaching outputs repeat with this period
     first = [next((kk for kk in range(min(period, k)) if (r - kk * d) % s == 0), -1) for r in range(s)]
-    kk0 = torch.tensor(first, device=c.device).index_select(0, torch.remainder(c + p, s))  # smallest tap, -1: none
+    kk0 = const(first, device=c.device).index_select(0, torch.remainder(c + p, s))  # smallest tap, -1: none
     kk = kk0[:, None] + period * torch.arange(-(-k // period), device=c.device)[None, :]
     return torch.where((kk0[:, None] >= 0) & (kk < k), kk, torch.full_like(kk, -1))
 
@@ -98,9 +99,9 @@ class GraphRulebookOps:
         vmax, device = coors.shape[0], coors.device
         halo = [int(h) for h in halo]
         grown = tuple(int(n) + 2 * h for n, h in zip(spatial_shape, halo))
-        shifted = coors.long() + torch.tensor([0, *halo], device=device)
+        shifted = coors.long() + const([0, *halo], device=device)
         table = self._table(shifted, valid, grown)
-        step = torch.tensor([grown[1] * grown[2], grown[2], 1], device=device)
+        step = const([grown[1] * grown[2], grown[2], 1], device=device)
         keys = self._keys(shifted, grown).view(-1, 1) + (offsets.long() * step).sum(1).view(1, -1)
         keys = torch.where(valid[:, None], keys, torch.full_like(keys, table.shape[0] - 1))
         return table.index_select(0, keys.reshape(-1)).view(vmax, offsets.shape[0])
@@ -112,8 +113,8 @@ class GraphRulebookOps:
         vmax = coors.shape[0]
         valid = valid_mask(num_valid, vmax, coors.device)
         self._check(coors, valid, shape)
-        offsets = (_kernel_offsets(k, coors.device) - torch.tensor(k, device=coors.device) // 2) * \
-            torch.tensor(d, device=coors.device)
+        offsets = (_kernel_offsets(k, coors.device) - const(list(k), device=coors.device) // 2) * \
+            const(list(d), device=coors.device)
         return self.neighbour_rows(coors, valid, shape, offsets, [(kk // 2) * dd for kk, dd in zip(k, d)])
 
     def rulebook_conv(self, coors, num_valid, spatial_shape, kernel_size, stride=1, padding=0, dilation=1, *,

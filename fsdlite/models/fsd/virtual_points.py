@@ -66,7 +66,8 @@ class VirtualPointEncoder(BaseModule):
         real = self.real_proj(base)
         p = fg.point_index
         offset = (fg.centre - gather(points[:, :3], p)) / self.offset_scale
-        onehot = F.one_hot(fg.class_id, self.num_classes).to(base.dtype)
+        # (one_hot would read the ids' min and max on the host: no CUDA graph could hold it)
+        onehot = (fg.class_id[:, None] == torch.arange(self.num_classes, device=fg.class_id.device)).to(base.dtype)
         virtual = self.virtual_proj(torch.cat([gather(base, p), offset, onehot], dim=1))
         is_virtual = torch.cat([torch.zeros(points.shape[0], dtype=torch.bool, device=points.device),
                                 torch.ones(p.shape[0], dtype=torch.bool, device=points.device)])

@@ -27,6 +27,7 @@ import torch
 
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.structures.padded import with_dump_row
+from fsdlite.utils.constants import const
 
 from .rulebook_conv import conv_geometry, kernel_matrices
 from .static_ops import check_index
@@ -142,7 +143,7 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     pos = torch.where(placed, pos, torch.full_like(pos, capacity)).reshape(-1)
     rows = torch.arange(vout, device=nbr.device).view(1, -1).expand(kv, vout)
     values = torch.stack([nbr_t.reshape(-1), rows.reshape(-1)], 1)        # (K * Vout, 2) [input, output]
-    dumps = torch.tensor([num_in, vout], device=nbr.device).view(1, 2)
+    dumps = const([int(num_in), int(vout)], device=nbr.device).view(1, 2)
     io = dumps.expand(capacity + 1, 2).clone().index_put_((pos,), values)[:capacity].t()
     num_tiles = capacity // tile
     tile_offset = (tile_end.view(1, -1) <= torch.arange(num_tiles, device=nbr.device).view(-1, 1)).sum(1)

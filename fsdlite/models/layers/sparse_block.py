@@ -1,13 +1,19 @@
-"""spconv building blocks: ``sparse conv -> norm -> act`` and sparse-tensor helpers.
+"""Sparse-conv building blocks: ``sparse conv -> norm -> act`` and sparse-tensor helpers.
 
-spconv is imported lazily through :func:`fsdlite.utils.compat.import_spconv` (CPU shims
-applied; its import takes ~10 s), so importing this module stays cheap.
+The conv layers are spconv's where spconv imports (through :func:`fsdlite.utils.compat.import_spconv`: CPU shims
+applied; its import takes ~10 s, so importing this module stays cheap), else fsdlite's own
+:class:`~fsdlite.models.layers.rulebook_conv.RulebookSparseConv3d` in an ``nn.Sequential`` (a machine without
+spconv, or ``FSDLITE_NO_SPCONV=1``). Both have the same parameters and state_dict keys, so checkpoints move between
+them unchanged; networks on fsdlite's layers run their convolutions with ``fsdlite.ops.sparse_conv`` (CPU and
+CUDA).
 """
 import torch
+from torch import nn
 
 from fsdlite.utils import compat
 
 from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, norm_has_bias
+from .rulebook_conv import RulebookSparseConv3d
 
 SPARSE_CONV_TYPES = ('SubMConv3d', 'SparseConv3d', 'SparseInverseConv3d')
 
@@ -27,20 +33,26 @@ def build_sparse_conv(conv_type, in_channels, out_channels, kernel_size=3, strid
             ``SparseConv3d`` it inverts.
         bias (bool): add a bias.
     Returns:
-        spconv module mapping a SparseConvTensor (V, C_in) to (V', C_out).
+        spconv module mapping a SparseConvTensor (V, C_in) to (V', C_out), or without spconv a
+        :class:`RulebookSparseConv3d` with the same geometry and parameters.
     """
     if conv_type not in SPARSE_CONV_TYPES:
         raise ValueError(f'conv_type must be one of {SPARSE_CONV_TYPES}, got {conv_type!r}')
-    spconv = compat.import_spconv()
     padding = kernel_size // 2 if padding is None else padding
+    if conv_type == 'SparseInverseConv3d' and indice_key is None:
+        raise ValueError('SparseInverseConv3d needs the indice_key of the SparseConv3d it inverts, got None')
+    if not compat.spconv_available():
+        return RulebookSparseConv3d(in_channels, out_channels, kernel_size,
+                                    stride=stride if conv_type == 'SparseConv3d' else 1, padding=padding, bias=bias,
+                                    subm=conv_type == 'SubMConv3d', inverse=conv_type == 'SparseInverseConv3d',
+                                    indice_key=indice_key)
+    spconv = compat.import_spconv()
     if conv_type == 'SubMConv3d':
         return spconv.SubMConv3d(in_channels, out_channels, kernel_size, padding=padding, bias=bias,
                                  indice_key=indice_key)
     if conv_type == 'SparseConv3d':
         return spconv.SparseConv3d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
                                    bias=bias, indice_key=indice_key)
-    if indice_key is None:
-        raise ValueError('SparseInverseConv3d needs the indice_key of the SparseConv3d it inverts, got None')
     return spconv.SparseInverseConv3d(in_channels, out_channels, kernel_size, bias=bias, indice_key=indice_key)
 
 
@@ -56,8 +68,42 @@ def sparse_conv_block(conv_type, in_channels, out_channels, kernel_size=3, strid
 
 
 def sparse_sequential(*modules):
-    """``spconv.SparseSequential`` of ``modules`` (plain modules act on the features)."""
+    """``spconv.SparseSequential`` of ``modules`` (plain modules act on the features); ``nn.Sequential`` without
+    spconv (its layers are run by the network, never called on a sparse tensor)."""
+    if not compat.spconv_available():
+        return nn.Sequential(*modules)
     return compat.import_spconv().SparseSequential(*modules)
+
+
+def is_spconv_module(module):
+    """True when ``module`` (or a conv inside it) is an spconv layer, which only spconv can run."""
+    return any(type(m).__module__.startswith('spconv.') for m in module.modules())
+
+
+def choose_conv_backend(conv_backend, layers, device):
+    """The backend that runs a network's sparse convs: ``conv_backend`` (``'auto'``, ``'spconv'`` or ``'fsdlite'``)
+    with ``'auto'`` decided for ``device``: ``'fsdlite'`` on the CPU (training and inference); on CUDA ``'spconv'``
+    when ``layers`` are spconv's and spconv runs there (it imports and a first tiny conv on the device works), else
+    ``'fsdlite'`` (its CUDA kernels run spconv's layers too, from their weights).
+
+    Args:
+        conv_backend (str): the network's setting.
+        layers (nn.Module): the network's layers (or one block of them: all are built alike).
+        device (torch.device): where the features are.
+    Raises:
+        RuntimeError: ``'spconv'`` but the layers are not spconv's or spconv does not import.
+    """
+    spconv_layers = is_spconv_module(layers)
+    if conv_backend == 'spconv' and not (spconv_layers and compat.spconv_available()):
+        why = ("the layers were built without spconv (fsdlite's own)" if not spconv_layers
+               else compat.spconv_unavailable_reason())
+        raise RuntimeError(f"SparseUNet(conv_backend='spconv') cannot run: {why}; use conv_backend='auto' or "
+                           "'fsdlite' (fsdlite's own kernels, CPU and CUDA)")
+    if conv_backend != 'auto':
+        return conv_backend
+    if torch.device(device).type == 'cuda' and spconv_layers and compat.spconv_runs_on(device):
+        return 'spconv'
+    return 'fsdlite'
 
 
 def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
@@ -78,4 +124,5 @@ def to_sparse_tensor(features, voxel_coors, sparse_shape, batch_size):
                                    [int(s) for s in sparse_shape], int(batch_size))
 
 
-__all__ = ['SPARSE_CONV_TYPES', 'build_sparse_conv', 'sparse_conv_block', 'sparse_sequential', 'to_sparse_tensor']
+__all__ = ['SPARSE_CONV_TYPES', 'build_sparse_conv', 'sparse_conv_block', 'sparse_sequential', 'is_spconv_module',
+           'choose_conv_backend', 'to_sparse_tensor']

@@ -22,6 +22,7 @@ import torch
 
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.structures.padded import valid_mask, with_dump_row
+from fsdlite.utils.constants import const
 
 REDUCTIONS = ('sum', 'mean', 'max', 'min')
 _INT64_MAX = torch.iinfo(torch.int64).max
@@ -196,9 +197,9 @@ def static_voxelize(points, num_valid, voxel_size, point_range, max_voxels, batc
                          f'{tuple(points.shape)}')
     n = points.shape[0]
     valid = valid_mask(num_valid, n, points.device)
-    lower = torch.tensor(point_range[:3], dtype=points.dtype, device=points.device)
-    size = torch.tensor(voxel_size, dtype=points.dtype, device=points.device)
-    grid = torch.tensor([nx, ny, nz], dtype=points.dtype, device=points.device)
+    lower = const([float(v) for v in point_range[:3]], points.dtype, points.device)
+    size = const([float(v) for v in voxel_size], points.dtype, points.device)
+    grid = const([int(nx), int(ny), int(nz)], points.dtype, points.device)
     q = torch.floor((points[:, :3] - lower) / size)                  # (N, 3) x, y, z; NaN stays NaN
     inside = valid & ((q >= 0) & (q < grid)).all(1)
     xyz = torch.where(inside.unsqueeze(1), q, torch.zeros_like(q)).long()

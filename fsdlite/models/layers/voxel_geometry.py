@@ -5,6 +5,8 @@ every component agrees with the voxelization on the grid.
 """
 import torch
 
+from fsdlite.utils.constants import const
+
 
 def voxel_grid(voxel_size, point_range):
     """Validate a voxel grid and return ``(voxel_size, point_range, sparse_shape)``.
@@ -34,8 +36,8 @@ def voxel_centers(voxel_coors, voxel_size, point_range, dtype=torch.float32):
         Tensor: (V, 3) ``(x, y, z)`` centres.
     """
     xyz_index = voxel_coors[:, 1:].flip(1).to(dtype)  # [b, z, y, x] -> (x, y, z)
-    size = xyz_index.new_tensor([float(v) for v in voxel_size])
-    low = xyz_index.new_tensor([float(v) for v in point_range[:3]])
+    size = const([float(v) for v in voxel_size], xyz_index.dtype, xyz_index.device)
+    low = const([float(v) for v in point_range[:3]], xyz_index.dtype, xyz_index.device)
     return (xyz_index + 0.5) * size + low
 
 

@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 from fsdlite.registry import MODELS
+from fsdlite.utils.constants import const
 
 from ..layers.voxel_geometry import voxel_centers, voxel_grid
 
@@ -51,7 +52,7 @@ class Voxel2PointNeck(nn.Module):
         centers = voxel_centers(voxel_coors, self.voxel_size, self.point_range, dtype=points.dtype)
         offset = points[:, :3] - gather(centers, point2voxel)
         if self.normalize_offset:
-            offset = offset / offset.new_tensor(self.voxel_size)
+            offset = offset / const([float(v) for v in self.voxel_size], offset.dtype, offset.device)
         return torch.cat([gather(voxel_feats, point2voxel), offset.to(voxel_feats.dtype)], 1)
 
 

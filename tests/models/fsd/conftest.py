@@ -117,6 +117,7 @@ class FsdKit:
     """Helpers handed to tests (pytest's importlib mode forbids importing conftest)."""
 
     make_scene = staticmethod(make_scene)
+    segmentor_parts = staticmethod(segmentor_parts)
     collate = staticmethod(collate)
     fsd_config = staticmethod(fsd_config)
     fsdv2_config = staticmethod(fsdv2_config)
