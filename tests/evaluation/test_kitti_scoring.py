@@ -161,14 +161,20 @@ def test_matches_a_brute_force_devkit_procedure_on_random_frames():
 def test_cleaning_by_difficulty_and_dontcare_cover():
     names = np.array(['Car', 'Van', 'Pedestrian', 'DontCare', 'Car'], dtype=object)
     bbox = np.array([[0, 0, 50, 50], [0, 0, 50, 50], [0, 0, 10, 50], [100, 100, 200, 200], [0, 0, 50, 30]], float)
+    dets = np.array([[0, 0, 10, 20], [0, 0, 10, 40], [0, 0, 10, 24.9], [0, 0, 10, 30], [0, 0, 10, 25]])
     cleaned = clean_frame(names, bbox, np.array([0, 0, 0, 0, 0]), np.array([0, 0, 0, 0, 0.4]),
-                          np.array([[0, 0, 10, 20], [0, 0, 10, 40]]), 'Car', 'moderate')
+                          dets, np.array([True, True, False, False, True]), 'Car', 'moderate')
     assert cleaned['gt_rows'].tolist() == [0, 1, 4]
     assert cleaned['ignored_gt'].tolist() == [False, True, True]  # Van neighbour; truncation 0.4 > 0.3
-    assert cleaned['ignored_det'].tolist() == [True, False]  # 20 px < 25 px
+    # 20 px < 25 px: ignored; a low (24.9 -> 24 px) detection of another class takes part, ignored; 25 px counts
+    assert cleaned['det_rows'].tolist() == [0, 1, 2, 4] and cleaned['ignored_det'].tolist() == [True, False, True,
+                                                                                                False]
+    at_limit = clean_frame(['Car'], [[0, 0, 10, 25]], [0], [0.0], np.zeros((0, 4)), np.zeros(0, bool), 'Car',
+                           'moderate')
+    assert at_limit['ignored_gt'].tolist() == [True]  # ground truth exactly 25 px high is ignored (<=)
     assert dontcare_cover(np.array([[120, 120, 140, 140], [0, 0, 10, 10]]), cleaned['dontcare']).tolist() == [1, 0]
     with pytest.raises(ValueError, match='difficulty'):
-        clean_frame(names, bbox, np.zeros(5), np.zeros(5), np.zeros((0, 4)), 'Car', 'expert')
+        clean_frame(names, bbox, np.zeros(5), np.zeros(5), np.zeros((0, 4)), np.zeros(0, bool), 'Car', 'expert')
 
 
 def test_metric_needs_kitti_metainfo_and_consistent_options():

@@ -5,7 +5,8 @@ The cleaning and matching follow KITTI's object devkit (facts in ``../shared/ref
 * difficulty (:data:`DIFFICULTIES`): ground truth whose 2D box is lower than the minimum height, more occluded or
   more truncated than the level allows is *ignored*; so is ground truth of a neighbouring class
   (:data:`NEIGHBOURS`: Van for Car, Person_sitting for Pedestrian); other classes do not take part;
-* a detection whose 2D box (its 3D box projected into the image) is lower than the minimum height is ignored;
+* a detection whose 2D box (its 3D box projected into the image) is lower than the minimum height is ignored (and,
+  as in the devkit, such a low detection of another class takes part as an ignored one);
 * ground truth is visited in label order; each takes, among the not yet assigned detections above the score
   threshold whose overlap *exceeds* the IoU threshold, the non-ignored one of greatest overlap (else the first
   ignored one); a match with ignored ground truth or an ignored detection is neither true nor false;
@@ -25,33 +26,40 @@ NUM_RECALL_POSITIONS = 40
 
 
 def _height(bbox):
-    return np.abs(np.asarray(bbox, dtype=np.float64).reshape(-1, 4)[:, 3] - np.asarray(bbox).reshape(-1, 4)[:, 1])
+    bbox = np.asarray(bbox, dtype=np.float64).reshape(-1, 4)
+    return np.abs(bbox[:, 3] - bbox[:, 1])
 
 
-def clean_frame(gt_names, gt_bbox, gt_occluded, gt_truncated, det_bbox, class_name, difficulty):
-    """Which ground truth and detections of one frame count for a class at a difficulty.
+def clean_frame(gt_names, gt_bbox, gt_occluded, gt_truncated, det_bbox, det_is_class, class_name, difficulty):
+    """Which ground truth and detections of one frame take part for a class at a difficulty (the devkit's rules).
+
+    Ground truth of the class takes part, ignored when its 2D box is at most the minimum height high or it is more
+    occluded or truncated than the level allows; so does a neighbouring class's, always ignored. Detections of the
+    class take part, ignored when their 2D box (height truncated to whole pixels) is lower than the minimum; the
+    devkit lets such low detections of *other* classes take part as ignored ones too.
 
     Args:
         gt_names (array): (G,) KITTI type of every labelled object (DontCare included).
         gt_bbox (array): (G, 4) image boxes; gt_occluded (G,), gt_truncated (G,).
-        det_bbox (array): (D, 4) image boxes of the class's detections.
+        det_bbox (array): (D, 4) image boxes of the detections; det_is_class (D,) bool: detected as ``class_name``.
         class_name (str); difficulty (str): a key of :data:`DIFFICULTIES`.
     Returns:
-        dict: ``gt_rows`` (G',) indices of the participating ground truth (the class and its neighbours, in
-        label order), ``ignored_gt`` (G',) bool, ``ignored_det`` (D,) bool, ``dontcare`` (K, 4) image boxes.
+        dict: ``gt_rows`` (G',) indices of the participating ground truth (label order), ``ignored_gt`` (G',) bool,
+        ``det_rows`` (D',) indices of the participating detections, ``ignored_det`` (D',) bool, ``dontcare``
+        (K, 4) image boxes.
     """
     if difficulty not in DIFFICULTIES:
         raise ValueError(f'difficulty must be one of {sorted(DIFFICULTIES)}, got {difficulty!r}')
     min_height, max_occlusion, max_truncation = DIFFICULTIES[difficulty]
-    names = np.asarray(gt_names).astype(str)
-    lower = np.char.lower(names)
+    lower = np.char.lower(np.asarray(gt_names).astype(str))
     same = lower == class_name.lower()
     neighbour = np.isin(lower, [n.lower() for n in NEIGHBOURS.get(class_name, ())])
     outside = (np.asarray(gt_occluded) > max_occlusion) \
-        | (np.asarray(gt_truncated, dtype=np.float64) > max_truncation) | (_height(gt_bbox) < min_height)
+        | (np.asarray(gt_truncated, dtype=np.float64) > max_truncation) | (_height(gt_bbox) <= min_height)
     rows = np.flatnonzero(same | neighbour)
-    return dict(gt_rows=rows, ignored_gt=(neighbour | outside)[rows],
-                ignored_det=_height(det_bbox) < min_height,
+    low = np.floor(_height(det_bbox)) < min_height
+    det_rows = np.flatnonzero(np.asarray(det_is_class, dtype=bool) | low)
+    return dict(gt_rows=rows, ignored_gt=(neighbour | outside)[rows], det_rows=det_rows, ignored_det=low[det_rows],
                 dontcare=np.asarray(gt_bbox, dtype=np.float64).reshape(-1, 4)[lower == 'dontcare'])
 
 

@@ -44,19 +44,25 @@ def frame_record(sample, boxes, scores, labels, classes, kinds, iou_bev):
     share = dontcare_cover(det_bbox, np.asarray(annos['bbox'])[np.char.lower(np.asarray(annos['name']).astype(str))
                                                                == 'dontcare'])
     gt_boxes = torch.as_tensor(np.asarray(annos['box_lidar'], dtype=np.float32)).reshape(-1, 7)
+    low = np.floor(np.abs(det_bbox[:, 3] - det_bbox[:, 1])) < max(v[0] for v in DIFFICULTIES.values())
     record = {}
     for c, name in enumerate(classes):
         mine = (labels == c).numpy()
-        cleaned = {d: clean_frame(annos['name'], annos['bbox'], annos['occluded'], annos['truncated'], det_bbox[mine],
+        cleaned = {d: clean_frame(annos['name'], annos['bbox'], annos['occluded'], annos['truncated'], det_bbox, mine,
                                   name, d) for d in DIFFICULTIES}
+        candidates = np.flatnonzero(mine | low)  # every detection that takes part at some difficulty
         rows = torch.as_tensor(cleaned['moderate']['gt_rows'], dtype=torch.long)
-        a, b = boxes[torch.as_tensor(mine)].float(), gt_boxes[rows]
+        a, b = boxes[torch.as_tensor(candidates, dtype=torch.long)].float(), gt_boxes[rows]
         bev = iou_bev(a, b) if len(a) and len(b) else torch.zeros((len(a), len(b)))
         ious = {'bev': bev.numpy()}
         if '3d' in kinds:
             ious['3d'] = boxes_iou_3d_from_bev(a, b, bev).numpy()
-        record[name] = dict(scores=scores[torch.as_tensor(mine)].numpy(), ious=ious, dontcare=share[mine],
-                            ignored={d: (v['ignored_gt'], v['ignored_det']) for d, v in cleaned.items()})
+        position = np.full(len(mine), -1)
+        position[candidates] = np.arange(len(candidates))
+        record[name] = dict(scores=scores.numpy()[candidates], ious=ious, dontcare=share[candidates],
+                            num_pred=int(mine.sum()),
+                            cleaned={d: (position[v['det_rows']], v['ignored_gt'], v['ignored_det'])
+                                     for d, v in cleaned.items()})
     return record
 
 
@@ -65,8 +71,9 @@ def class_curve(records, name, kind, threshold, difficulty):
     curves = []
     for record in records:
         r = record[name]
-        ignored_gt, ignored_det = r['ignored'][difficulty]
-        curves.append(frame_curve(r['ious'][kind], r['scores'], threshold, ignored_gt, ignored_det, r['dontcare']))
+        dets, ignored_gt, ignored_det = r['cleaned'][difficulty]
+        curves.append(frame_curve(r['ious'][kind][dets], r['scores'][dets], threshold, ignored_gt, ignored_det,
+                                  r['dontcare'][dets]))
     return pooled_curve(curves)
 
 
@@ -94,7 +101,7 @@ def kitti_metrics(records, classes, thresholds_of, kinds, difficulties):
         false_boxes = float(fp[confident[-1]]) / max(len(records), 1) if len(confident) else 0.0
         metrics[f'{name}_false_boxes_per_frame'] = false_boxes
         metrics[f'{name}_num_gt'] = num_gt
-        row.update(num_gt=num_gt, num_pred=int(sum(len(r[name]['scores']) for r in records)), false_boxes=false_boxes)
+        row.update(num_gt=num_gt, num_pred=int(sum(r[name]['num_pred'] for r in records)), false_boxes=false_boxes)
         rows.append(row)
     for kind in kinds:
         for level, suffix in enumerate(('', '_loose')):
