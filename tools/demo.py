@@ -14,7 +14,6 @@ SparseSegmentor (``configs/segmentation/sparse_segmentor_synthetic.py``: per-cla
 Everything it writes goes to ``--out-dir`` (checkpoints and logs in ``<out-dir>/work``).
 """
 import argparse
-import glob
 import json
 import math
 import os
@@ -24,6 +23,7 @@ import time
 import torch
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
+from mmengine.hooks import Hook
 from mmengine.utils import ProgressBar
 
 from fsdlite.engine.errors import ToolError
@@ -32,7 +32,7 @@ from fsdlite.engine.tool_setup import (CfgOptionsAction, build_runner, check_sch
                                        out_dir, prepare_runner_cfg)
 from fsdlite.registry import DATASETS, METRICS
 from fsdlite.visualization.bev import draw_bev
-from fsdlite.visualization.curves import draw_training_curves, read_scalars
+from fsdlite.visualization.curves import draw_training_curves
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEFAULT_CONFIG = 'configs/fsd/fsdlite_synthetic.py'
@@ -149,14 +149,23 @@ def busiest_frames(dataset, count=2):
     return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))[:count]
 
 
-def last_validation(work_dir):
-    """The metrics of the last validation in ``work_dir``'s newest ``scalars.json`` (prefixes removed) and the
-    file."""
-    files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
-    if not files:
-        return {}, None
-    _, val = read_scalars(files[-1])
-    return ({k.split('/')[-1]: v for k, v in val[-1].items() if '/' in k} if val else {}), files[-1]
+class CurveRecorder(Hook):
+    """Keeps the losses of every logged iteration and the metrics of every validation for the curves PNG."""
+
+    def __init__(self, interval):
+        self.interval, self.train, self.val = interval, [], []
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if (runner.iter + 1) % self.interval == 0 and outputs:
+            self.train.append(dict(step=runner.iter + 1, **{k: float(v) for k, v in outputs.items()
+                                                             if k.startswith('loss')}))
+
+    def after_val_epoch(self, runner, metrics=None):
+        self.val.append(dict(step=runner.iter, **{k: float(v) for k, v in (metrics or {}).items()}))
+
+    def last_validation(self):
+        """The metrics of the last validation, prefixes (``det/``) removed."""
+        return {k.split('/')[-1]: v for k, v in self.val[-1].items() if '/' in k} if self.val else {}
 
 
 def result_keys(task, classes, results):
@@ -214,6 +223,8 @@ def main(argv=None):
             loader.update(num_workers=1, persistent_workers=True)
         prepare_runner_cfg(cfg, args.config, osp.join(out_dir, 'work'))
         runner = build_runner(cfg)
+        curves = CurveRecorder(cfg.default_hooks.logger.interval)
+        runner.register_hook(curves)
         train_set = runner.train_loop.dataloader.dataset
         val_set = runner.val_loop.dataloader.dataset
         classes = train_set.classes
@@ -222,7 +233,7 @@ def main(argv=None):
 
     with timer('simulation and training (validating on held-out simulated frames)'):
         runner.train()
-    synthetic, scalars = last_validation(runner.work_dir)
+    synthetic = curves.last_validation()
     model = runner.model
     model.eval()
     point_range = cfg.model.point_range
@@ -253,9 +264,8 @@ def main(argv=None):
                 pngs.append(bev(out_dir, f'bev_kitti_{frame_id}.png', points, sample, classes, point_range,
                                 f'real KITTI {frame_id}: {type(model).__name__} trained on the simulated world only',
                                 args.min_box_score))
-        if scalars:
-            pngs.append(draw_training_curves(osp.join(out_dir, 'training_curves.png'), scalars, CURVE_KEYS[task],
-                                             title=f'{type(model).__name__} on the simulated world'))
+        pngs.append(draw_training_curves(osp.join(out_dir, 'training_curves.png'), curves.train, curves.val,
+                                         CURVE_KEYS[task], title=f'{type(model).__name__} on the simulated world'))
 
     total = time.perf_counter() - start
     key, label, target = HEADLINE[task]

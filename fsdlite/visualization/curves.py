@@ -1,5 +1,4 @@
-"""Training curves from mmengine's ``vis_data/scalars.json``: losses per logged iteration and metrics per validation."""
-import json
+"""Training curves: losses per logged iteration and metrics per validation (``tools/demo.py`` records them)."""
 import math
 from pathlib import Path
 
@@ -9,42 +8,19 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def read_scalars(path):
-    """Records of a ``scalars.json`` (one JSON object per line) split into training logs and validations.
-
-    Returns:
-        tuple of lists of dicts: ``(train, val)``; a record with a ``loss`` key is a training log, any other
-        record holding a metric (a key with '/') is a validation.
-    """
-    train, val = [], []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f'{path}:{number}: not a JSON record ({exc.msg})') from None
-            if 'loss' in record:
-                train.append(record)
-            elif any('/' in key for key in record):
-                val.append(record)
-    return train, val
-
-
-def draw_training_curves(out_file, scalars_path, metric_keys, title=None):
+def draw_training_curves(out_file, train, val, metric_keys, title=None):
     """A PNG with the losses (left) and the validation metrics (right, x100) against the iteration.
 
     Args:
         out_file (str | Path): the PNG to write.
-        scalars_path (str | Path): mmengine's ``<work_dir>/<timestamp>/vis_data/scalars.json``.
+        train (list[dict]): training log records (``step`` and ``loss*`` keys).
+        val (list[dict]): validation records (``step`` and metric keys).
         metric_keys (sequence[str]): validation keys to plot (e.g. ``'det/Car_BEV_AP@0.5'``); missing ones are
             skipped.
         title (str, optional): figure title.
     Returns:
         Path: ``out_file``.
     """
-    train, val = read_scalars(scalars_path)
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(12, 4.5))
     if train:
         steps = [r['step'] for r in train]
@@ -71,4 +47,4 @@ def draw_training_curves(out_file, scalars_path, metric_keys, title=None):
     return out_file
 
 
-__all__ = ['read_scalars', 'draw_training_curves']
+__all__ = ['draw_training_curves']
