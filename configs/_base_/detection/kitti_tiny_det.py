@@ -13,7 +13,7 @@ val_evaluator = dict(type='DetMetric', kitti_scoring=True,
                      iou_thresholds=dict(Car=(0.7, 0.5), Pedestrian=(0.5, 0.25), Cyclist=(0.5, 0.25)))
 test_evaluator = val_evaluator
 
-max_iters = 600
+max_iters = 1000
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [

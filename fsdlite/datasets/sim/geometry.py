@@ -23,7 +23,7 @@ import numpy as np
 
 KINDS = ('solid', 'glass', 'volume', 'mesh', 'facade')
 SOLID, GLASS, VOLUME, MESH, FACADE = range(len(KINDS))
-MAX_PLANES = 12
+MAX_PLANES = 16
 
 
 def box_planes(center, size, yaw=0.0, pitch=0.0, roll=0.0):

@@ -63,17 +63,20 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     rot = rotation(yaw)
     to_world = _world(x, y, z0, yaw)
     hl, hw = 0.5 * length, 0.5 * width
-    # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view
+    # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view (16 planes)
     ex, ey, ez = np.eye(3)
     body = [_plane_through(ex, [hl, 0, 0], rot, to_world), _plane_through(-ex, [-hl, 0, 0], rot, to_world),
             _plane_through(ey, [0, hw, 0], rot, to_world), _plane_through(-ey, [0, -hw, 0], rot, to_world),
             _plane_through(ez, [0, 0, belt], rot, to_world), _plane_through(-ez, [0, 0, clearance], rot, to_world),
             _chamfer(ex, ez * 2.2, [hl, 0, belt], rng.uniform(0.12, 0.2), rot, to_world),
             _chamfer(-ex, ez * 1.5, [-hl, 0, belt], rng.uniform(0.08, 0.15), rot, to_world)]
-    corner_cut = rng.uniform(0.16, 0.3)
+    radius = rng.uniform(0.3, 0.6)  # bumpers round the corners in plan view: two tangent planes per corner
     for sx in (1, -1):
         for sy in (1, -1):
-            body.append(_chamfer(ex * sx, ey * sy, [sx * hl, sy * hw, 0], corner_cut, rot, to_world))
+            centre = np.array([sx * (hl - radius), sy * (hw - radius), 0.0])
+            for theta in (np.pi / 6, np.pi / 3):
+                n = np.array([sx * np.cos(theta), sy * np.sin(theta), 0.0])
+                body.append(_plane_through(n, centre + radius * n, rot, to_world))
     prims.add_polyhedron(body, _bounds(to_world, [-hl, -hw, clearance], [hl, hw, belt]), paint, owner)
     # cabin: windscreen, side windows with tumblehome, rear window (hatchbacks / SUVs: nearly upright)
     rise = height - belt

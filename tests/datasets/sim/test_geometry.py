@@ -129,7 +129,7 @@ def test_box_planes_contain_their_centre():
 def test_bad_primitives_raise():
     prims = PrimitiveSet()
     with pytest.raises(ValueError, match='planes must be'):
-        prims.add_polyhedron(np.zeros((13, 4)) + 1, np.zeros(6), Material(0.1))
+        prims.add_polyhedron(np.zeros((17, 4)) + 1, np.zeros(6), Material(0.1))
     with pytest.raises(ValueError, match='zero normal'):
         prims.add_polyhedron(np.zeros((2, 4)), np.zeros(6), Material(0.1))
     with pytest.raises(ValueError, match='radii'):
