@@ -1,4 +1,4 @@
-"""fsdlite registries: one child of every mmengine root registry.
+"""fsdlite registries: one child of every mmengine root registry, and :data:`DEPLOY_ADAPTERS`.
 
 Each child has ``locations`` so building a config never needs manual imports, and
 configs set ``default_scope = 'fsdlite'`` (mmengine then imports this module when
@@ -73,8 +73,8 @@ def _with_suggestions(build, variable):
     return build_with_suggestions
 
 
-def _child(name, parent, location, build=build_from_cfg):
-    variable = next(k for k, v in globals().items() if v is parent).replace('MMENGINE_', '')
+def _child(name, parent, location, build=build_from_cfg, variable=None):
+    variable = variable or next(k for k, v in globals().items() if v is parent).replace('MMENGINE_', '')
     return Registry(name, parent=parent, scope='fsdlite', locations=[f'fsdlite.{location}'],
                     build_func=_with_suggestions(build, variable))
 
@@ -102,3 +102,7 @@ VISBACKENDS = _child('vis_backend', MMENGINE_VISBACKENDS, 'visualization')
 LOG_PROCESSORS = _child('log_processor', MMENGINE_LOG_PROCESSORS, 'engine')
 INFERENCERS = _child('inferencer', MMENGINE_INFERENCERS, 'engine')
 FUNCTIONS = _child('function', MMENGINE_FUNCTIONS, 'engine')
+
+#: The deploy adapter of each model type (``cfg.model.type``), :class:`fsdlite.deploy.adapter.DeployAdapter`
+#: subclasses. mmengine has no such root, so this one is a root of the fsdlite scope.
+DEPLOY_ADAPTERS = _child('deploy adapter', None, 'deploy', variable='DEPLOY_ADAPTERS')

@@ -1,4 +1,7 @@
 """Tests of fsdlite.registry: every mmengine root mirrored, scope switching, helpful unknown-type errors."""
+import subprocess
+import sys
+
 import mmengine.registry.root as mmengine_roots
 import pytest
 import torch
@@ -45,3 +48,12 @@ def test_locations_import_components_lazily():
     # Building by name must not need a manual import of the defining module.
     assert registry.DATASETS.get('ConcatDataset') is not None  # from the mmengine parent
     registry.MODELS.import_from_location()
+
+
+def test_deploy_adapters_registry_imports_its_location(tmp_path):
+    # a fresh interpreter: looking an adapter up imports fsdlite.deploy (the registry's location) by itself
+    code = ('from fsdlite.registry import DEPLOY_ADAPTERS\n'
+            'print(DEPLOY_ADAPTERS.get("FSDv2Lite").__name__, DEPLOY_ADAPTERS.get("KPCNN").__name__)\n')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.split() == ['DetectorAdapter', 'KPCNNAdapter']
+    assert registry.DEPLOY_ADAPTERS.scope == 'fsdlite' and registry.DEPLOY_ADAPTERS._locations == ['fsdlite.deploy']

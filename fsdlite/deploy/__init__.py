@@ -9,11 +9,13 @@
 * :func:`~fsdlite.deploy.verify.verify_deploy` compares a deploy folder with PyTorch (``deploy/verify_onnx.py``);
 * :mod:`~fsdlite.deploy.tensorrt` builds a TensorRT engine where TensorRT and a GPU exist (``deploy/build_trt.py``);
 * one adapter per model type (:mod:`.detector`, :mod:`.voxelnet`, :mod:`.kpconv`, :mod:`.kpcnn`) says what runs
-  where.
+  where; they register in :data:`fsdlite.registry.DEPLOY_ADAPTERS` when this package is imported (its
+  ``locations``).
 
 Layering: deploy imports models, never the reverse.
 """
-from .adapter import DeployAdapter, Frame, PreOpsResult, adapter_class, register_adapter
+from . import detector, kpcnn, kpconv, voxelnet  # noqa: F401  (register the adapters)
+from .adapter import DeployAdapter, Frame, PreOpsResult, adapter_class
 from .compare import Match, OutputDiff
 from .exporter import ExportResult, export_model, prepare
 from .graph_checks import DeployGraphError, check_graph, require_deployable
@@ -21,7 +23,7 @@ from .onnx_io import OrtGraph, export_graph
 from .runtime import DeployedModel, DeployOutput, read_deploy_info
 from .verify import FrameCheck, format_checks, verify_deploy
 
-__all__ = ['DeployAdapter', 'Frame', 'PreOpsResult', 'adapter_class', 'register_adapter', 'Match', 'OutputDiff',
+__all__ = ['DeployAdapter', 'Frame', 'PreOpsResult', 'adapter_class', 'Match', 'OutputDiff',
            'ExportResult', 'export_model', 'prepare', 'DeployGraphError', 'check_graph', 'require_deployable',
            'OrtGraph', 'export_graph', 'DeployedModel', 'DeployOutput', 'read_deploy_info', 'FrameCheck',
            'format_checks', 'verify_deploy']

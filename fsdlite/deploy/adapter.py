@@ -9,32 +9,26 @@ fixed bounds:
   and **post-ops** (NMS, label decoding) that run outside the graph;
 * how to run the original PyTorch model (dynamic/eager) on the same data and compare the results.
 
-Adapters register by model type name (:func:`register_adapter`, :func:`adapter_class`).
+Adapters register under the model type names they serve (``cfg.model.type``) in the registry
+:data:`fsdlite.registry.DEPLOY_ADAPTERS` (``@DEPLOY_ADAPTERS.register_module(['FSDLite', 'FSDv2Lite'])``; a plugin
+registers its own the same way); :func:`adapter_class` looks one up.
 """
 import contextlib
 from typing import NamedTuple
 
+import torch
 from torch import nn
 
-_ADAPTERS = {}
-
-
-def register_adapter(*model_types):
-    """Class decorator registering an adapter for the given model type names (``cfg.model.type``)."""
-    def wrap(cls):
-        for name in model_types:
-            _ADAPTERS[name] = cls
-        cls.model_types = tuple(model_types)
-        return cls
-    return wrap
+from ..registry import DEPLOY_ADAPTERS
 
 
 def adapter_class(model_type):
     """The adapter class of a model type name; raises a ValueError listing the supported types."""
-    from . import detector, kpcnn, kpconv, voxelnet  # noqa: F401  (register the adapters)
-    if model_type not in _ADAPTERS:
-        raise ValueError(f'no deploy adapter for model type {model_type!r}; supported: {sorted(_ADAPTERS)}')
-    return _ADAPTERS[model_type]
+    cls = DEPLOY_ADAPTERS.get(model_type)
+    if cls is None:
+        raise ValueError(f'no deploy adapter for model type {model_type!r}; supported: '
+                         f'{sorted(DEPLOY_ADAPTERS.module_dict)}')
+    return cls
 
 
 class PreOpsResult(NamedTuple):
@@ -62,7 +56,6 @@ class DeployAdapter:
     """
 
     family = ''
-    model_types = ()
     bounds_have_margin = True  #: measured bounds are scaled by a margin (False: they are exact input shapes)
     #: bounds capacity tiers scale (``fsdlite.deploy.tiers``): the ones the pre-ops decide, then those of
     #: ``tier_graph_bound_names``; empty: no tiers
@@ -157,7 +150,6 @@ class DeployAdapter:
 
     def run_torch_graph(self, inputs):
         """The graph module in PyTorch on the pre-ops inputs: dict output name -> Tensor."""
-        import torch
         with torch.no_grad():
             outputs = self.graph_module()(*inputs.values())
         return dict(zip(self.output_meanings(), outputs))
@@ -202,4 +194,4 @@ class GraphModule(nn.Module):
         self.eval()
 
 
-__all__ = ['register_adapter', 'adapter_class', 'PreOpsResult', 'Frame', 'DeployAdapter', 'GraphModule']
+__all__ = ['adapter_class', 'PreOpsResult', 'Frame', 'DeployAdapter', 'GraphModule']

@@ -14,7 +14,8 @@ import torch
 from fsdlite.models.detectors.static import PRE_OP_BOUNDS, dynamic_path
 from fsdlite.structures.bounds import merge_max
 
-from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
+from ..registry import DEPLOY_ADAPTERS
+from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult
 from .compare import match_detections, matched_rows_diff, tensor_diff
 from .exporter import plain_config
 from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
@@ -75,7 +76,7 @@ class DetectorGraph(GraphModule):
         return tuple(out[k] for k in self.output_names)
 
 
-@register_adapter('FSDLite', 'FSDv2Lite')
+@DEPLOY_ADAPTERS.register_module(['FSDLite', 'FSDv2Lite'])
 class DetectorAdapter(DeployAdapter):
     """FSD-lite / FSDv2-lite (``model.static`` must be True; ``bounds`` are the model's fixed-shape bounds).
 

@@ -11,8 +11,9 @@ import torch
 
 from ..models.kpconv.data_preprocessor import KPPyramid
 from ..models.layers.static_ops import static_segment_reduce
+from ..registry import DEPLOY_ADAPTERS
 from ..structures import Det3DDataSample
-from .adapter import GraphModule, PreOpsResult, register_adapter
+from .adapter import GraphModule, PreOpsResult
 from .compare import match_class_labels, tensor_diff
 from .kpconv import TOLERANCE, KPFCNNAdapter
 
@@ -36,7 +37,7 @@ class KPCNNGraph(GraphModule):
         return (self.model.head(pooled),)
 
 
-@register_adapter('KPCNN')
+@DEPLOY_ADAPTERS.register_module('KPCNN')
 class KPCNNAdapter(KPFCNNAdapter):
     """KPCNN; ``bounds`` = ``dict(max_points=[N_0, ..., N_{L-1}])`` points per pyramid level (whole batch).
 

@@ -15,8 +15,9 @@ import torch
 
 from ..models.kpconv.data_preprocessor import KPPyramid
 from ..models.kpconv.kp_base import KernelPointLayer
+from ..registry import DEPLOY_ADAPTERS
 from ..structures import Det3DDataSample, PointData
-from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
+from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult
 from .bounds_io import with_margin
 from .compare import match_point_labels, tensor_diff
 from .frames import dataset_batches
@@ -63,7 +64,7 @@ def pad_index(index, valid_rows, rows, width, bound_in, kept_in):
     return out
 
 
-@register_adapter('KPFCNN')
+@DEPLOY_ADAPTERS.register_module('KPFCNN')
 class KPFCNNAdapter(DeployAdapter):
     """KPFCNN; ``bounds`` = ``dict(max_points=[N_0, ..., N_{L-1}])`` points per pyramid level (whole batch).
 

@@ -8,8 +8,9 @@ class probabilities / labels (or X0) per voxel.
 """
 import torch
 
+from ..registry import DEPLOY_ADAPTERS
 from ..structures import Det3DDataSample, PointData
-from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult, register_adapter
+from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult
 from .compare import Match, match_point_labels, tensor_diff
 from .frames import dataset_batches
 
@@ -29,7 +30,7 @@ def collate_volumes(items):
     return {k: torch.stack([it['inputs'][k] for it in items]) for k in ('muon_features', 'voxel_centres')}
 
 
-@register_adapter('VoxelNet')
+@DEPLOY_ADAPTERS.register_module('VoxelNet')
 class VoxelNetAdapter(DeployAdapter):
     """VoxelNet; ``bounds`` = ``dict(num_voxels=V, num_muons=M)`` (the fixed input shape with ``batch_size``).
 

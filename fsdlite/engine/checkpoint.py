@@ -5,7 +5,8 @@ Used by the tools (``tools/*.py``, ``deploy/``), the deploy exporter and :mod:`f
 """
 import torch
 
-from .errors import ToolError
+from ..utils.compat import load_from_local_file
+from .errors import ToolError, require_file
 
 
 class CheckpointMismatchError(ToolError, ValueError):
@@ -20,9 +21,6 @@ def read_state_dict(path, what='checkpoint'):
         FileNotFoundError: not a file; CheckpointLoadError: unreadable (truncated, corrupt, not torch.save);
         CheckpointMismatchError: it holds no state dict.
     """
-    from fsdlite.utils.compat import load_from_local_file
-
-    from .tool_setup import require_file
     ckpt = load_from_local_file(require_file(path, what), map_location='cpu')
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):

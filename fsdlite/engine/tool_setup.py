@@ -13,7 +13,7 @@ from fsdlite import registry  # noqa: F401  (applies the torch>=2.6 checkpoint-l
 from .checkpoint import CheckpointMismatchError, load_weights, read_state_dict  # noqa: F401  (tool imports)
 from .config_checks import check_cfg_options, check_config_values
 from .distributed import LAUNCHERS, setup_cpu_distributed
-from .errors import ToolError
+from .errors import ToolError, require_file
 from .schedule import apply_max_iters_override
 
 
@@ -212,15 +212,6 @@ def build_runner(cfg, strict_load=True):
             runner.logger.warning(f'load_from {load_from!r} is loaded non-strictly (--partial-load): weights whose '
                                   'name or shape differs keep their initial values')
     return runner
-
-
-def require_file(path, what):
-    """Raise FileNotFoundError naming ``what`` when ``path`` is not a file."""
-    if osp.isdir(path):
-        raise FileNotFoundError(f'{what} {path!r} is a folder; expected a file')
-    if not osp.isfile(path):
-        raise FileNotFoundError(f'{what} {path!r} does not exist')
-    return path
 
 
 def latest_checkpoint(work_dir):

@@ -29,12 +29,24 @@ import torch
 import torch.nn.functional as F
 
 from ...structures.padded import with_dump_row
-from .kp_base import gather_rows
 
 #: Elements of one (rows, H, K + 1) influence block: queries are processed in chunks of ~1 MiB of float32 blocks,
 #: so that each chunk's GEMM -> Clip -> Sqrt -> MatMul chain stays in a per-core L2 cache (ONNX Runtime runs every
 #: node over its whole tensor; unchunked, the level-0 blocks of a scene are ~13 MB and every pass goes to memory).
 CHUNK_ELEMENTS = 1 << 18
+
+
+def gather_rows(x, index, shadowed=False):
+    """Rows of ``x`` (N, C) at ``index`` (M, H) in [0, N] -> (M, H, C); the shadow index N gives a zero row.
+
+    ``shadowed``: ``x`` already ends with that zero row (:func:`~fsdlite.structures.padded.with_dump_row`, built
+    once for many gathers).
+    ``index_select`` on the flattened index exports to one ONNX ``Gather`` (advanced indexing gives ``GatherND``,
+    several times slower in ONNX Runtime; ``F.embedding`` would save the reshapes but fsdlite.slim's tracer has no
+    rule for it).
+    """
+    table = x if shadowed else with_dump_row(x)
+    return table.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], table.shape[1])
 
 
 def _over_chunks(fn, per_query, *tensors):
@@ -96,7 +108,7 @@ def _linear_far(rel, rhs):
 
 def relative_positions(q_pts, s_pts, neighbors, shadowed=False):
     """(M, H, 3) neighbour positions relative to their query (shadow slots: ``-q``, finite); ``shadowed``: ``s_pts``
-    already ends with the shadow row (see :func:`~.kp_base.gather_rows`)."""
+    already ends with the shadow row (see :func:`gather_rows`)."""
     gathered = gather_rows(s_pts, neighbors, shadowed)
     return gathered - q_pts[:, None].expand_as(gathered)  # ONNX Expand + Sub: faster than a broadcasting Sub
 
@@ -198,4 +210,5 @@ def kp_aggregate_export(q_pts, s_pts, neighbors, features, kernel_points, depthw
     return _over_chunks(block, neighbors.shape[1] * k, q_pts, neighbors, gen_weights, own_kp)
 
 
-__all__ = ['CHUNK_ELEMENTS', 'relative_positions', 'kp_influences', 'kpconv_export', 'kp_aggregate_export']
+__all__ = ['CHUNK_ELEMENTS', 'gather_rows', 'relative_positions', 'kp_influences', 'kpconv_export',
+           'kp_aggregate_export']

@@ -9,6 +9,8 @@ from torch import nn
 
 from ...structures.bounds import is_exporting
 from ...structures.padded import with_dump_row
+from . import export_forms
+from .export_forms import gather_rows, kp_aggregate_export, kpconv_export
 from .kernel_points import make_kernel_points
 
 IMPLS = ('fused', 'naive', 'export')
@@ -24,23 +26,10 @@ def references(impl='naive'):
     """The pure-torch forms of (kpconv, kp_aggregate): the references (``impl='naive'``) or the ONNX-friendly
     formulation of :mod:`.export_forms` (``impl='export'``)."""
     if impl == 'export':
-        from .export_forms import kp_aggregate_export, kpconv_export
         return kpconv_export, kp_aggregate_export
     from fsdlite.ops.kp_aggregate.reference import kp_aggregate_reference
     from fsdlite.ops.kpconv.reference import kpconv_reference
     return kpconv_reference, kp_aggregate_reference
-
-
-def gather_rows(x, index, shadowed=False):
-    """Rows of ``x`` (N, C) at ``index`` (M, H) in [0, N] -> (M, H, C); the shadow index N gives a zero row.
-
-    ``shadowed``: ``x`` already ends with that zero row (:func:`with_dump_row`, built once for many gathers).
-    ``index_select`` on the flattened index exports to one ONNX ``Gather`` (advanced indexing gives ``GatherND``,
-    several times slower in ONNX Runtime; ``F.embedding`` would save the reshapes but fsdlite.slim's tracer has no
-    rule for it).
-    """
-    table = x if shadowed else with_dump_row(x)
-    return table.index_select(0, index.reshape(-1)).view(index.shape[0], index.shape[1], table.shape[1])
 
 
 def neighbor_max_pool(x, neighbors, chunk=None):
@@ -58,8 +47,7 @@ def neighbor_max_pool(x, neighbors, chunk=None):
     if h == 0 or m == 0:
         return x.new_zeros((m, x.shape[1]))
     if chunk is None:
-        from .export_forms import CHUNK_ELEMENTS
-        chunk = max(1, CHUNK_ELEMENTS // (h * x.shape[1])) if is_exporting() else 65536
+        chunk = max(1, export_forms.CHUNK_ELEMENTS // (h * x.shape[1])) if is_exporting() else 65536
     table = with_dump_row(x)
     return torch.cat([gather_rows(table, neighbors[i:i + chunk], True).amax(1) for i in range(0, m, chunk)], 0)
 
