@@ -12,7 +12,7 @@
   where; they register in :data:`fsdlite.registry.DEPLOY_ADAPTERS` when this package is imported (its
   ``locations``).
 
-Layering: deploy imports models, never the reverse.
+Layering: deploy imports models, never the reverse (tests/test_layering.py checks every package's imports).
 """
 from . import detector, kpcnn, kpconv, voxelnet  # noqa: F401  (register the adapters)
 from .adapter import DeployAdapter, Frame, PreOpsResult, adapter_class
