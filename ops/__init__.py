@@ -1,15 +1,18 @@
 """fsdlite.ops: the in-repo C++/CUDA op library (depends on torch only).
 
-Each op family lives in its own folder and compiles into its own library on first
-use (see :mod:`fsdlite.ops.build`).  Public functions are imported lazily: a family's
-``__all__`` (read without importing it) lists its exports, so
-``from fsdlite.ops import segment_reduce`` only builds the family it needs.
+Each op family lives in its own folder and compiles into its own library on the first
+call of one of its ops, never on import (see :mod:`fsdlite.ops.build`), so modules import
+ops at the top.  Public functions are imported lazily: a family's ``__all__`` (read without
+importing it) lists its exports, so ``from fsdlite.ops import segment_reduce`` imports only
+the Python side of the family it needs.
 """
 import ast
 import importlib
 import sys
 import types
 from pathlib import Path
+
+from . import build  # noqa: F401  (makes torch.ops.fsdlite load a family on the first lookup of one of its ops)
 
 
 def _discover_exports():

@@ -14,6 +14,8 @@ import os
 
 import torch
 
+from . import build
+
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -272,7 +274,8 @@ def register_fake(qualname, *, any_device=()):
     A raw ``torch.ops.fsdlite.*`` call that mixes meta and real tensors dispatches to the fake kernel, which
     would return uninitialised real tensors instead of failing; with this wrapper it raises the same error as
     :func:`same_device`. ``any_device`` names arguments the op accepts on any real device (copied to the host);
-    they are checked only when on 'meta'.
+    they are checked only when on 'meta'. Registered when the op's library loads
+    (:func:`fsdlite.ops.build.when_loaded`).
     """
     op = qualname.split('::')[-1]
 
@@ -286,7 +289,7 @@ def register_fake(qualname, *, any_device=()):
                                if k not in any_device or getattr(v, 'is_meta', False)})
             return fn(*args, **kwargs)
 
-        torch.library.register_fake(qualname)(checked)
+        build.when_loaded(qualname, lambda: torch.library.register_fake(qualname)(checked))
         return fn
 
     return decorate

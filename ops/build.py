@@ -8,12 +8,16 @@ Every op family is a folder ``ops/<family>/`` holding
 * ``__init__.py``         – typed Python API, argument checks, ``register_fake``, autograd,
 * ``reference.py``        – pure-torch reference used by tests and benchmarks.
 
-Each family compiles into its own shared library on first use with
-:func:`torch.utils.cpp_extension.load` (ninja, cached under ``TORCH_EXTENSIONS_DIR``
-or ``~/.cache/torch_extensions``), so one family's edit never rebuilds or breaks
-another.  CUDA sources join the build only when torch has CUDA.  Without a GPU,
-``python -m fsdlite.ops.build --nvcc-check`` compile-checks every ``.cu`` with
-``nvcc`` (one unity translation unit, so torch's headers are parsed once).
+Each family compiles into its own shared library with :func:`torch.utils.cpp_extension.load` (ninja, cached
+under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``), so one family's edit never rebuilds or breaks
+another.  Nothing is built on import: importing ``fsdlite.ops`` turns ``torch.ops.fsdlite`` into a namespace that
+builds and loads a family the first time one of its ops is looked up (every Python wrapper calls its op through
+``torch.ops.fsdlite``, so the first call builds), or ahead of time with the command below.  The schemas are read
+from the ``m.def("name(...)")`` lines of the C++ sources, so the namespace knows which family defines which op.
+A family's fake kernels and autograd formulas are declared at import (:func:`register_autograd`,
+``fsdlite.ops._checks.register_fake``) and registered with torch right after its library loads.  CUDA sources
+join the build only when torch has CUDA.  Without a GPU, ``python -m fsdlite.ops.build --nvcc-check``
+compile-checks every ``.cu`` with ``nvcc`` (one unity translation unit, so torch's headers are parsed once).
 
 Every fresh build is followed by :mod:`fsdlite.ops.smoke`: one known invalid call of the new library in a
 subprocess must raise a Python exception (on one toolchain every C++ error crashed the process instead).
@@ -27,6 +31,7 @@ Command line (the prebuild command)::
 """
 import argparse
 import hashlib
+import importlib
 import os
 import re
 import shutil
@@ -44,8 +49,12 @@ from . import smoke as _smoke
 OPS_ROOT = Path(__file__).resolve().parent
 INCLUDE_DIR = OPS_ROOT / 'include'
 NAMESPACE = 'fsdlite'
-_LOADED = {}
+_LOADED = {}        # family -> build dir, once its library is loaded
+_READY = set()      # families whose library is loaded and whose fake kernels / autograd are registered
+_ON_LOAD = {}       # family -> registrations waiting for its library
+_OP_FAMILY = None   # op name -> family, read from the C++ schemas
 _LOCK = threading.RLock()
+_SCHEMA = re.compile(r'\bm\.def\(\s*"([A-Za-z_]\w*)\s*\(')
 
 
 def families():
@@ -185,8 +194,80 @@ def _smoke_after_build(family):
         print(f'[fsdlite.ops] WARNING {report}', file=sys.stderr, flush=True)
 
 
+def op_families():
+    """``{op name: family}`` for every op schema (``m.def("name(...")``) in the families' C++ sources."""
+    global _OP_FAMILY
+    if _OP_FAMILY is None:
+        found = {}
+        for family in families():
+            for source in sorted((OPS_ROOT / family).glob('*.cpp')):
+                for name in _SCHEMA.findall(source.read_text(errors='replace')):
+                    found[name] = family
+        _OP_FAMILY = found
+    return _OP_FAMILY
+
+
+def family_of(op):
+    """The family whose library defines ``op`` (``'name'`` or ``'fsdlite::name'``).
+
+    Raises:
+        ValueError: no family defines it.
+    """
+    name = op.split('::')[-1]
+    family = op_families().get(name)
+    if family is None:
+        raise ValueError(f'op={op!r} is defined by no op family (no m.def("{name}(...)") in ops/*/*.cpp)')
+    return family
+
+
+def when_loaded(op, register):
+    """Call ``register()`` once the library defining ``op`` is loaded: at once when it is, else right after the
+    load (the family's Python registrations need the op's schema, which only the library holds)."""
+    family = family_of(op)
+    with _LOCK:
+        if family in _READY:
+            register()
+        else:
+            _ON_LOAD.setdefault(family, []).append(register)
+
+
+def register_autograd(op, backward, setup_context=None):
+    """``torch.library.register_autograd(op, ...)``, done when the op's library loads (see :func:`when_loaded`)."""
+    when_loaded(op, lambda: torch.library.register_autograd(op, backward, setup_context=setup_context))
+
+
+def _register(family):
+    """Import the family's Python module (which declares its registrations) and run what waits for its library."""
+    importlib.import_module(f'{__package__}.{family}')
+    while _ON_LOAD.get(family):
+        _ON_LOAD[family].pop(0)()
+    _ON_LOAD.pop(family, None)
+    _READY.add(family)
+
+
+class _LazyOpNamespace(torch._ops._OpNamespace):
+    """``torch.ops.fsdlite``: looking up an op of a family not loaded yet builds (if needed) and loads it first."""
+
+    # torch names an op's module after its namespace class's module ('torch._ops.fsdlite'); inductor's cache finds
+    # ops by that name
+    __module__ = torch._ops._OpNamespace.__module__
+
+    def __getattr__(self, op_name):
+        family = op_families().get(op_name)
+        if family is not None and family not in _READY:
+            load_family(family)
+        return super().__getattr__(op_name)
+
+
+def _install_lazy_namespace():
+    namespace = getattr(torch.ops, NAMESPACE)  # created by torch.ops on first access; keep it (and its cached ops)
+    if not isinstance(namespace, _LazyOpNamespace):
+        namespace.__class__ = _LazyOpNamespace
+
+
 def load_family(family):
-    """Build (if needed) and load the shared library of one op family; idempotent.
+    """Build (if needed) and load the shared library of one op family and register its fake kernels and autograd;
+    idempotent. Called by the first lookup of one of its ops in ``torch.ops.fsdlite``.
 
     Args:
         family (str): folder name under ``ops/``.
@@ -194,7 +275,7 @@ def load_family(family):
         str: path of the loaded library.
     """
     with _LOCK:
-        if family in _LOADED:
+        if family in _LOADED:  # (while its registrations run, a lookup of its ops in this thread lands here)
             return _LOADED[family]
         if family not in families():
             raise ValueError(f'family={family!r} is not an op family; expected one of {families()}')
@@ -227,7 +308,15 @@ def load_family(family):
         if _library_stamp(family) != before:  # compiled now (first use or a source edit): check errors raise
             _smoke_after_build(family)
             print(f'[fsdlite.ops] {family!r} ready in {time.time() - start:.1f}s', file=sys.stderr, flush=True)
+        try:
+            _register(family)
+        except BaseException:
+            _LOADED.pop(family, None)
+            raise
         return _LOADED[family]
+
+
+_install_lazy_namespace()
 
 
 def prebuild(selected=None):

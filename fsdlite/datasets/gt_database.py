@@ -11,6 +11,8 @@ import os
 import numpy as np
 import torch
 
+from fsdlite.ops import points_in_boxes_all
+
 FORMAT_VERSION = 1
 
 
@@ -62,7 +64,6 @@ class GTDatabase:
         ``dataset`` must provide ``raw_results(i)`` (the lidar datasets do) and ``classes``.  A point lying
         in two overlapping boxes is stored with both.
         """
-        from ..ops import points_in_boxes_all
         n = len(dataset) if num_frames is None else min(int(num_frames), len(dataset))
         chunks, boxes, labels, frames, counts = [], [], [], [], []
         indices = range(n)

@@ -11,6 +11,7 @@ from ..registry import DATASETS
 from ..structures.boxes import camera_to_lidar_boxes
 from ..structures.camera import KITTI_IMAGE_SIZE, camera_fov_mask, lidar2img_from_calib
 from .kitti_format import lidar2cam_from_calib, read_calib, read_info_pkl, read_label
+from fsdlite.ops import points_in_boxes, points_in_boxes_all
 from fsdlite.utils.drop_report import report_dropped
 from .lidar_det_dataset import LidarDetDataset
 from .transforms.loading import drop_non_finite, load_points
@@ -157,7 +158,6 @@ class KittiDataset(LidarDetDataset):
             ``pts_instance_mask`` (N,) int64 (-1 = no box), ``num_points_in_gt`` (M,), ``num_points_invalid`` and
             ``num_points_out_of_view`` (int).
         """
-        from ..ops import points_in_boxes, points_in_boxes_all  # lazy: builds the op on first use only
         points, invalid = drop_non_finite(load_points(info['lidar_path'], self.load_dim, self.use_dim))
         report_dropped(self, 'num_points_invalid', invalid, lambda: f'dropped {invalid} of {len(points) + invalid} '
                        f"points with NaN/Inf values in {info['lidar_path']!r} (frame {info.get('frame_id')})")

@@ -4,6 +4,7 @@ import torch
 from mmengine.logging import print_log
 
 from ..registry import DATASETS
+from fsdlite.ops import count_points_in_boxes
 from fsdlite.utils.drop_report import report_dropped
 from .lidar_det_dataset import LidarDetDataset
 from .sim import LidarSpec, SensorNoise, WorldSpec, render_frame
@@ -98,7 +99,6 @@ class SyntheticLidarDataset(LidarDetDataset):
             frame = self._cache[key]
         else:
             frame = self.generate(key)
-            from ..ops import count_points_in_boxes  # lazy: builds the op on first use only
             points, boxes = torch.from_numpy(frame['points']), torch.from_numpy(frame['gt_bboxes_3d'])
             frame['num_points_in_gt'] = count_points_in_boxes(points, boxes)
             if self._cache is not None:

@@ -16,6 +16,8 @@ import math
 import numpy as np
 import torch
 
+from fsdlite.ops import boxes_iou_bev
+
 BOX_DIM = 7
 FLIP_DIRECTIONS = ('horizontal', 'vertical')
 
@@ -187,15 +189,10 @@ def bev_overlap(a, b, margin=0.0):
     """BEV collision test between (N, 7) and (M, 7) boxes: (N, M) bool.
 
     True where the footprints, each grown by ``margin`` in l and w (so a gap of at least ``margin``
-    separates non-colliding boxes), overlap with positive area.  Uses the rotated-rectangle IoU of
-    ``fsdlite.ops.boxes_iou_bev`` when that op is available, otherwise the conservative
-    :func:`bev_circle_overlap`.
+    separates non-colliding boxes), overlap with positive area: the rotated-rectangle IoU of
+    ``fsdlite.ops.boxes_iou_bev`` on the pairs the conservative :func:`bev_circle_overlap` lets through.
     """
     near = bev_circle_overlap(a, b, margin)
-    try:
-        from fsdlite.ops import boxes_iou_bev
-    except (ImportError, AttributeError):
-        return near
     if not bool(near.any()):
         return near
     grown_a, grown_b = a.clone(), b.clone()

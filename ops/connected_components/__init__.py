@@ -12,9 +12,7 @@ import torch
 
 from .. import _checks
 from .._checks import OpTypeError, OpValueError
-from ..build import load_family
 
-load_family('connected_components')
 
 _OP = 'connected_components'
 METRICS = {'xy': 2, 'xyz': 3}

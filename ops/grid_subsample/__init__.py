@@ -12,9 +12,8 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
+from ..build import register_autograd
 
-load_family('grid_subsample')
 
 _OP = 'grid_subsample'
 
@@ -55,7 +54,7 @@ def _backward(ctx, grad_points, _grad_batch, grad_features, _grad_labels, _grad_
     return spread(grad_points), None, None, spread(grad_features) if ctx.has_features else None, None
 
 
-torch.library.register_autograd('fsdlite::grid_subsample', _backward, setup_context=_setup_context)
+register_autograd('fsdlite::grid_subsample', _backward, setup_context=_setup_context)
 
 
 def grid_subsample(points, voxel_size, batch=None, features=None, labels=None):

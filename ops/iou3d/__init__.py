@@ -18,9 +18,7 @@ import torch
 
 from .. import _checks
 from .._checks import OpTypeError, OpValueError
-from ..build import load_family
 
-load_family('iou3d')
 
 _IOU_OP = 'boxes_iou_bev'
 

@@ -6,9 +6,8 @@ Memory is O(N*k) (plus O(Ns) for the trees), never O(Nq*Ns).
 import torch
 
 from .. import _checks
-from ..build import load_family
+from ..build import register_autograd
 
-load_family('knn')
 
 _OP = 'knn'
 
@@ -36,7 +35,7 @@ def _backward(ctx, _grad_index, grad_sqdist):
     return grad.sum(1), grad_support, None, None, None
 
 
-torch.library.register_autograd('fsdlite::knn', _backward, setup_context=_setup_context)
+register_autograd('fsdlite::knn', _backward, setup_context=_setup_context)
 
 
 def knn(query, support, k, query_batch=None, support_batch=None):

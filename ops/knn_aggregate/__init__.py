@@ -16,9 +16,8 @@ from typing import NamedTuple
 import torch
 
 from .. import _checks
-from ..build import load_family
+from ..build import register_autograd
 
-load_family('knn_aggregate')
 
 _OP = 'knn_aggregate'
 
@@ -63,7 +62,7 @@ def _backward(ctx, grad_mean, grad_max, _grad_argmax):
     return (gx if need_features else None), None, (gw if need_weights else None)
 
 
-torch.library.register_autograd('fsdlite::knn_aggregate', _backward, setup_context=_setup_context)
+register_autograd('fsdlite::knn_aggregate', _backward, setup_context=_setup_context)
 
 
 def _validated(features, index, weights):

@@ -13,11 +13,10 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
+from ..build import register_autograd
 from ..kpconv import AGGREGATIONS, INFLUENCES, check_geometry
 from ..kpconv._glue import grad_fakes, register_kp_autograd
 
-load_family('kp_aggregate')
 
 _OP = 'kp_aggregate'
 _NB_OP = 'neighbor_aggregate'
@@ -54,7 +53,7 @@ def _nb_backward(ctx, grad_out):
 
 # Gradients flow to features, depthwise and gen_weights (inputs 3, 5, 6).
 register_kp_autograd(_OP, (3, 5, 6))
-torch.library.register_autograd('fsdlite::neighbor_aggregate', _nb_backward, setup_context=_nb_setup_context)
+register_autograd('fsdlite::neighbor_aggregate', _nb_backward, setup_context=_nb_setup_context)
 
 
 def _check_grouped(op, name, weights, features, rows, slots, slots_what):

@@ -10,10 +10,8 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
 from ._glue import register_kp_autograd
 
-load_family('kpconv')
 
 INFLUENCES = ('constant', 'linear', 'gaussian')
 AGGREGATIONS = ('sum', 'nearest')

@@ -8,6 +8,7 @@ gradient per differentiable input, an empty ``(0,)`` tensor where it was not req
 import torch
 
 from .. import _checks
+from ..build import register_autograd
 
 NUM_TENSORS = 7  # q_pts, s_pts, neighbors, features, kernel_points, t5, t6
 NUM_INPUTS = 10  # + sigma, influence, aggregation
@@ -35,8 +36,6 @@ def register_kp_autograd(op, grad_positions):
         grad_positions (tuple[int]): positions among the forward's inputs (0-6) of the differentiable
             tensors, in the order ``<op>_backward`` returns their gradients.
     """
-    backward_op = getattr(torch.ops.fsdlite, f'{op}_backward')
-
     def backward_fake(grad_out, q_pts, s_pts, neighbors, features, kernel_points, t5, t6, sigma, influence,
                       aggregation, output_mask):
         tensors = (q_pts, s_pts, neighbors, features, kernel_points, t5, t6)
@@ -51,9 +50,10 @@ def register_kp_autograd(op, grad_positions):
         mask = [bool(ctx.needs_input_grad[i]) and saved[i] is not None for i in grad_positions]
         grads = [None] * NUM_INPUTS
         if any(mask):
+            backward_op = getattr(torch.ops.fsdlite, f'{op}_backward')
             for i, g, m in zip(grad_positions, backward_op(grad_out, *saved, *ctx.params, mask), mask):
                 grads[i] = g if m else None
         return tuple(grads)
 
     _checks.register_fake(f'fsdlite::{op}_backward')(backward_fake)
-    torch.library.register_autograd(f'fsdlite::{op}', backward, setup_context=setup_context)
+    register_autograd(f'fsdlite::{op}', backward, setup_context=setup_context)

@@ -11,9 +11,8 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
+from ..build import register_autograd
 
-load_family('layer_norm')
 
 _OP = 'layer_norm_rows'
 
@@ -39,7 +38,7 @@ def _backward(ctx, grad_out):
     return grad_x, (grad_out * xhat).sum(0), grad_out.sum(0), None
 
 
-torch.library.register_autograd('fsdlite::layer_norm_rows', _backward, setup_context=_setup_context)
+register_autograd('fsdlite::layer_norm_rows', _backward, setup_context=_setup_context)
 
 
 def layer_norm_rows(x, weight, bias, eps=1e-5):

@@ -16,9 +16,7 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
 
-load_family('points_in_boxes')
 
 BOX_ORIGINS = ('bottom', 'center')
 

@@ -8,9 +8,7 @@ import torch
 
 from .. import _checks
 from .._checks import OpTypeError, OpValueError
-from ..build import load_family
 
-load_family('radius_neighbors')
 
 _OP = 'radius_neighbors'
 

@@ -27,10 +27,8 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
+from ..sparse_conv import OffsetPairs
 from .reference import conv_output_shape as _conv_output_shape
-
-load_family('rulebook')
 
 
 class ConvRulebook(NamedTuple):
@@ -257,7 +255,6 @@ def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
         offset-major, output-row order. When ``coors`` are sorted by ``(b, z, y, x)`` the input rows of an offset
         ascend too (then only half of the offsets are looked up: offset K-1-k is offset k swapped).
     """
-    from ..sparse_conv import OffsetPairs
     op = 'subm_offset_pairs'
     coors, shape = _unpadded_coors(op, coors, spatial_shape)
     k, _, _, d = _geometry_args(op, kernel_size, 1, 0, dilation)
@@ -278,7 +275,6 @@ def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, di
         ascending within an offset (input rows too when ``coors`` are sorted: swapped, they are the inverse conv's
         pairs).
     """
-    from ..sparse_conv import OffsetPairs
     op = 'conv_offset_pairs'
     coors, shape = _unpadded_coors(op, coors, spatial_shape)
     k, s, p, d = _geometry_args(op, kernel_size, stride, padding, dilation)

@@ -3,6 +3,8 @@ import itertools
 
 import torch
 
+from ..sparse_conv.reference import pairs_by_offset_reference
+
 
 def kernel_offsets(kernel_size):
     """(K, 3) int64 kernel indices (kz, ky, kx) in itertools.product order (spconv's weight order)."""
@@ -105,14 +107,12 @@ def rulebook_pairs_reference(nbr, num_in, capacity, tile):
 
 def subm_offset_pairs_reference(coors, spatial_shape, kernel_size, dilation):
     """``(pairs, offset_starts)`` of :func:`fsdlite.ops.subm_offset_pairs` (every row valid)."""
-    from ..sparse_conv.reference import pairs_by_offset_reference
     n = coors.shape[0]
     return pairs_by_offset_reference(rulebook_subm_reference(coors, n, spatial_shape, kernel_size, dilation), n)
 
 
 def conv_offset_pairs_reference(coors, spatial_shape, kernel_size, stride, padding, dilation):
     """``(out_coors, pairs, offset_starts)`` of :func:`fsdlite.ops.conv_offset_pairs` (every row valid)."""
-    from ..sparse_conv.reference import pairs_by_offset_reference
     n = coors.shape[0]
     bound = n * kernel_offsets(kernel_size).shape[0]  # every (input, offset) pair could make its own output
     out, kept, _, nbr = rulebook_conv_reference(coors, n, spatial_shape, kernel_size, stride, padding, dilation, bound)

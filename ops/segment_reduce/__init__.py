@@ -10,9 +10,8 @@ import math
 import torch
 
 from .. import _checks
-from ..build import load_family
+from ..build import register_autograd
 
-load_family('segment_reduce')
 
 REDUCTIONS = ('sum', 'mean', 'max', 'min', 'mul')
 SRC_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -66,7 +65,7 @@ def _backward(ctx, grad_out, _grad_arg):
     return grad[:n], None, None, None
 
 
-torch.library.register_autograd('fsdlite::segment_reduce', _backward, setup_context=_setup_context)
+register_autograd('fsdlite::segment_reduce', _backward, setup_context=_setup_context)
 
 
 def _validated(src, index, num_segments, reduce):

@@ -5,8 +5,5 @@
 ``at::parallel_for``, a ``c10::ValueError``; the CUDA dispatch throws from nvcc-compiled host code. When the smoke
 test finds a crash, :func:`fsdlite.ops.smoke.diagnose` runs each mode in its own process to tell which breaks.
 """
-from ..build import load_family
-
-load_family('selftest')
 
 __all__ = []

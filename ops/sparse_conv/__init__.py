@@ -20,9 +20,8 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
+from ..build import register_autograd
 
-load_family('sparse_conv')
 
 _OP = 'sparse_conv'
 
@@ -118,8 +117,8 @@ def _weight_grad_backward(ctx, grad_grad_weight):
     return d_features, d_grad_out, None, None
 
 
-torch.library.register_autograd('fsdlite::sparse_conv', _backward, setup_context=_save_tensor_inputs)
-torch.library.register_autograd('fsdlite::sparse_conv_weight_grad', _weight_grad_backward,
+register_autograd('fsdlite::sparse_conv', _backward, setup_context=_save_tensor_inputs)
+register_autograd('fsdlite::sparse_conv_weight_grad', _weight_grad_backward,
                                 setup_context=_save_tensor_inputs)
 
 

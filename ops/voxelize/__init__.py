@@ -10,10 +10,8 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..build import load_family
 from ._grid import check_geometry, check_key_range, grid_shape
 
-load_family('voxelize')
 
 _OP = 'voxelize'
 

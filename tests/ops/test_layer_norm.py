@@ -195,16 +195,15 @@ def test_row_layer_norm_is_built_for_ln_configs_and_matches_layer_norm():
 
 def test_row_layer_norm_takes_the_op_only_where_it_applies(monkeypatch):
     import fsdlite.models.layers.norm_act as norm_act
-    import fsdlite.ops as ops
     from fsdlite.models.layers.norm_act import build_norm
     calls = []
-    real = ops.layer_norm_rows
+    real = norm_act.layer_norm_rows
 
     def spy(x, *args):
         calls.append(tuple(x.shape))
         return real(x, *args)
 
-    monkeypatch.setattr(ops, 'layer_norm_rows', spy)
+    monkeypatch.setattr(norm_act, 'layer_norm_rows', spy)
     norm = build_norm(dict(type='LN'), 16)
     norm(torch.randn(10, 16))  # autograd on: torch's path
     with torch.no_grad():

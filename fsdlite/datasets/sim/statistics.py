@@ -7,6 +7,8 @@ local ground, the reflectance quantiles and share of zeros, and the median point
 import numpy as np
 import torch
 
+from fsdlite.ops import points_in_boxes
+
 RANGE_BANDS = (0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 ELEVATION_BANDS = (-25.0, -15.0, -8.6, -4.0, 0.0, 4.0)  # degrees: below the camera, lower block, upper block
 CAR_DISTANCE_BANDS = ((5.0, 15.0), (15.0, 25.0), (30.0, 50.0))
@@ -41,7 +43,6 @@ def scan_statistics(frames):
         ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars) and
         ``car_reflectance_median``.
     """
-    from fsdlite.ops import points_in_boxes  # lazy: builds the op on first use only
 
     counts, ranges, elevations, reflectance, above, car_points, car_refl = [], [], [], [], [], [], []
     for points, boxes in frames:

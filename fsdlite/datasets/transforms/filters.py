@@ -3,6 +3,8 @@
 import torch
 from mmcv.transforms import BaseTransform
 
+from fsdlite.ops import points_in_boxes_all
+
 from ...registry import TRANSFORMS
 from ...structures.boxes import limit_period
 from ._fields import count_dropped, num_classes, select_boxes, select_points
@@ -125,7 +127,6 @@ class ObjectMinPointsFilter(BaseTransform):
 
     def transform(self, results):
         """Drop boxes holding fewer than ``min_points`` of ``results['points']``."""
-        from ...ops import points_in_boxes_all  # lazy: builds the op on first use only
         counts = points_in_boxes_all(results['points'], results['gt_bboxes_3d']).sum(dim=0)
         keep = counts >= self.min_points
         count_dropped(self, results, 'num_objects_filtered', int((~keep).sum()), len(keep),

@@ -6,6 +6,7 @@ from mmcv.transforms import BaseTransform
 from ...registry import TRANSFORMS
 from ...structures.boxes import bev_overlap
 from ..gt_database import GTDatabase
+from fsdlite.ops import points_in_boxes
 from fsdlite.utils.drop_report import report_dropped
 from ._fields import count_dropped, select_points
 
@@ -112,7 +113,6 @@ class ObjectSample(BaseTransform):
         return results
 
     def _paste(self, results, chosen, new_boxes):
-        from ...ops import points_in_boxes
         points = results['points']
         if self.db.points.shape[1] != points.shape[1]:
             raise ValueError(f'ObjectSample: database points have {self.db.points.shape[1]} columns but the scene '

@@ -19,6 +19,8 @@ import torch
 from mmengine.evaluator import BaseMetric
 from mmengine.logging import print_log
 
+from fsdlite.ops import boxes_iou_bev
+
 from ...registry import METRICS
 from ._class_names import ClassNamesMixin
 from .kitti_scoring import frame_record, kitti_metrics, kitti_table
@@ -119,7 +121,6 @@ class DetMetric(ClassNamesMixin, BaseMetric):
 
     def process(self, data_batch, data_samples):
         """Store, per frame and class, the IoU matrices, scores and ignore flags needed for matching."""
-        from fsdlite.ops import boxes_iou_bev
 
         num_classes = len(self.classes)
         for sample in data_samples:

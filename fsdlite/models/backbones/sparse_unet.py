@@ -2,6 +2,8 @@
 import torch
 from torch import nn
 
+from fsdlite.ops import (OffsetPairs, conv_offset_pairs, conv_output_shape, sparse_conv, subm_offset_pairs,
+                         voxel_keys)
 from fsdlite.registry import MODELS
 from fsdlite.utils.constants import const
 
@@ -347,7 +349,6 @@ class SparseUNet(nn.Module):
             tuple: list of ``(OffsetPairs, output rows, one_by_one)`` of every conv in execution order (rows of
             level 0 in sorted order), and the sorting permutation of ``voxel_coors`` (None when already sorted).
         """
-        from fsdlite.ops import OffsetPairs, voxel_keys
 
         coors = voxel_coors.long()
         key = voxel_keys(coors, self.sparse_shape)
@@ -372,7 +373,6 @@ class SparseUNet(nn.Module):
             execution order (kind 'subm', 'conv' or 'inverse'; an inverse conv has no pairs of its own: ``strided``
             is the position of its strided conv, whose pairs it takes swapped), and the (V_s, 4) voxels of every level.
         """
-        from fsdlite.ops import conv_offset_pairs, conv_output_shape, subm_offset_pairs
 
         from ..layers.rulebook_conv import conv_geometry
         levels = [(voxel_coors, tuple(self.sparse_shape))]
@@ -443,7 +443,6 @@ class SparseUNet(nn.Module):
         Returns:
             Tensor: (V, out_channels), row-aligned with the input.
         """
-        from fsdlite.ops import sparse_conv
 
         from ..layers.bn_fold import run_conv_norm_act
         from ..layers.rulebook_conv import kernel_matrices

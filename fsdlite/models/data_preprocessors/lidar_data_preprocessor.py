@@ -2,6 +2,7 @@
 import torch
 from mmengine.model import BaseDataPreprocessor
 
+from fsdlite.ops.voxelize import voxelize
 from fsdlite.utils.drop_report import report_dropped
 from fsdlite.registry import MODELS
 
@@ -97,7 +98,6 @@ class LidarDataPreprocessor(BaseDataPreprocessor):
         # The voxelizer looks at x, y, z only: mark rows with a non-finite feature as non-finite too.
         finite = torch.isfinite(points).all(1)
         xyz = points[:, :3].masked_fill(~finite[:, None], float('nan'))
-        from fsdlite.ops.voxelize import voxelize  # the function (the family module has the same name)
         vox = voxelize(xyz, self.voxel_size, self.point_range, batch=batch)
         kept = vox.point2voxel >= 0
         point_index = torch.nonzero(kept).view(-1)

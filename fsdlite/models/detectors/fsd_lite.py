@@ -6,6 +6,8 @@ ClusterHead (one box per cluster, relative to the cluster's mean voted centre) -
 """
 import torch
 
+from fsdlite.ops import segment_reduce
+
 from ...registry import MODELS
 from ..fsd.indexing import mask_to_index
 from ..fsd.static_grouping import group_padded
@@ -64,7 +66,6 @@ class FSDLite(SparseDetectorBase):
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""
-        from fsdlite.ops import segment_reduce
 
         with stage('grouping'):
             clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)

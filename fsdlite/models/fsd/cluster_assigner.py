@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import torch
 
+from fsdlite.ops import connected_components, segment_reduce, voxelize
+
 from ...registry import TASK_UTILS
 from .indexing import mask_to_index
 
@@ -71,7 +73,6 @@ class ClusterAssigner:
         Returns:
             Clusters
         """
-        from fsdlite.ops import connected_components, segment_reduce, voxelize
 
         device = centre.device
         num_points = centre.shape[0]

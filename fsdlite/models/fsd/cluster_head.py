@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 from torch import nn
 
+from fsdlite.ops import batched_nms_bev
 from fsdlite.structures.bounds import check_bound
 
 from ...registry import MODELS, TASK_UTILS
@@ -136,7 +137,6 @@ class ClusterHead(BaseModule):
 
     def nms(self, boxes, scores, labels, batch):
         """Indices kept by rotated BEV NMS per sample and class (``test_cfg``'s IoU, pre_max, post_max)."""
-        from fsdlite.ops import batched_nms_bev
         if not boxes.shape[0]:
             return torch.zeros(0, dtype=torch.long, device=boxes.device)
         return batched_nms_bev(boxes, scores, labels, self.test_cfg['nms_iou_thr'], pre_max=self.test_cfg['pre_max'],

@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import torch
 
+from fsdlite.ops import points_in_boxes
+
 from ...structures import bottom_to_gravity
 
 
@@ -66,7 +68,6 @@ def assign_to_boxes(xyz, batch, gt, keys=None, gt_keys=None, num_keys=None, marg
         num_keys (int): number of distinct keys (required with ``keys``).
         margin_xy, margin_z (float): box enlargement before the test.
     """
-    from fsdlite.ops import points_in_boxes
 
     if gt.boxes.shape[0] == 0 or xyz.shape[0] == 0:
         return torch.full((xyz.shape[0],), -1, dtype=torch.int64, device=xyz.device)

@@ -14,6 +14,8 @@ import torch
 from mmengine.model import BaseModule
 from torch import nn
 
+from fsdlite.ops import segment_max
+
 from ...registry import MODELS
 from ..layers.mlp import LinearNormAct
 
@@ -68,7 +70,6 @@ def _cluster_ops(padded):
     if padded:
         from ..layers.static_ops import gather_rows, static_segment_reduce
         return (lambda h, cluster, k: static_segment_reduce(h, cluster, k, 'max')), gather_rows
-    from fsdlite.ops import segment_max
     return (lambda h, cluster, k: segment_max(h, cluster, k)[0]), (lambda m, cluster: m.index_select(0, cluster))
 
 

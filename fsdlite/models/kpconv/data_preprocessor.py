@@ -18,6 +18,7 @@ from typing import List, Optional
 import torch
 from mmengine.model import BaseDataPreprocessor
 
+from fsdlite.ops import calibrate_neighbor_limit, grid_subsample, radius_neighbors
 from fsdlite.registry import MODELS
 from fsdlite.utils.drop_report import report_dropped
 
@@ -47,11 +48,6 @@ class KPPyramid:
     def num_levels(self):
         """L, the number of levels (``len(points)``)."""
         return len(self.points)
-
-
-def _ops():
-    from fsdlite import ops
-    return ops
 
 
 @MODELS.register_module()
@@ -162,24 +158,23 @@ class KPDataPreprocessor(BaseDataPreprocessor):
         for (the op sorts by distance, ties -> lower index, so this equals cutting a longer list) -- the upsampling
         search at twice the radius keeps 1 of up to ``max_neighbors``."""
         width = self.max_neighbors if limit is None else min(int(limit), self.max_neighbors)
-        return _ops().radius_neighbors(query, support, radius, width, query_batch, support_batch, return_counts=True)
+        return radius_neighbors(query, support, radius, width, query_batch, support_batch, return_counts=True)
 
     def _limit(self, level, counts):
         """H_l, the columns kept at ``level`` (never more than the ``max_neighbors`` searched)."""
         if int(self.neighbor_limits[level]) < 1:  # first batch: calibrate and keep
-            limit = _ops().calibrate_neighbor_limit(counts, self.calibration_quantile)
+            limit = calibrate_neighbor_limit(counts, self.calibration_quantile)
             self.neighbor_limits[level] = min(limit, self.max_neighbors)
         return min(int(self.neighbor_limits[level]), self.max_neighbors)
 
     def build_pyramid(self, clouds, labels=None):
         """Grid-subsample, then search neighbourhoods level by level (see the module docstring)."""
-        ops = _ops()
         sizes = [c.shape[0] for c in clouds]
         cat = torch.cat(clouds, 0)
         batch = torch.repeat_interleave(torch.arange(len(clouds), device=cat.device),
                                         torch.tensor(sizes, device=cat.device))
         xyz, extra = cat[:, :3].contiguous(), cat[:, 3:].contiguous()
-        sub = ops.grid_subsample(xyz, self.first_subsampling_dl, batch, extra if extra.shape[1] else None, labels)
+        sub = grid_subsample(xyz, self.first_subsampling_dl, batch, extra if extra.shape[1] else None, labels)
         order = spatial_order(sub.points, self.first_subsampling_dl, sub.batch)
         rank = torch.empty_like(order)
         rank[order] = torch.arange(len(order), device=order.device)
@@ -196,7 +191,7 @@ class KPDataPreprocessor(BaseDataPreprocessor):
             cut.append(torch.bincount(batches[level][counts > limit], minlength=len(clouds)))
             if level + 1 == self.num_levels:
                 break
-            nxt = ops.grid_subsample(points[level], 2 * self.first_subsampling_dl * 2 ** level, batches[level])
+            nxt = grid_subsample(points[level], 2 * self.first_subsampling_dl * 2 ** level, batches[level])
             points.append(nxt.points)
             batches.append(nxt.batch)
             pool, pool_counts = self._search(points[level + 1], points[level], radius, batches[level + 1],

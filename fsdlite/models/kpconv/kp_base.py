@@ -7,6 +7,10 @@ int64 indices into the supports padded with the shadow index N (zero feature, ne
 import torch
 from torch import nn
 
+from fsdlite import ops as fsdlite_ops
+from fsdlite.ops.kp_aggregate.reference import kp_aggregate_reference
+from fsdlite.ops.kpconv.reference import kpconv_reference
+
 from ...structures.bounds import is_exporting
 from ...structures.padded import with_dump_row
 from . import export_forms
@@ -17,8 +21,7 @@ IMPLS = ('fused', 'naive', 'export')
 
 
 def ops():
-    """``fsdlite.ops`` (the kernel-point families build on first use, not at import)."""
-    from fsdlite import ops as fsdlite_ops
+    """``fsdlite.ops`` (the kernel-point families build on the first call of one of their ops)."""
     return fsdlite_ops
 
 
@@ -27,8 +30,6 @@ def references(impl='naive'):
     formulation of :mod:`.export_forms` (``impl='export'``)."""
     if impl == 'export':
         return kpconv_export, kp_aggregate_export
-    from fsdlite.ops.kp_aggregate.reference import kp_aggregate_reference
-    from fsdlite.ops.kpconv.reference import kpconv_reference
     return kpconv_reference, kp_aggregate_reference
 
 

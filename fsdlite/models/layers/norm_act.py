@@ -10,6 +10,8 @@ import torch
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from torch import nn
 
+from fsdlite.ops import layer_norm_rows
+
 from ...structures.bounds import is_exporting
 
 DEFAULT_NORM_CFG = dict(type='BN1d', eps=1e-3, momentum=0.01)
@@ -33,7 +35,6 @@ class RowLayerNorm(nn.LayerNorm):
                 and x.dtype in (torch.float32, torch.float64)
                 and self.bias is not None and self.weight.dtype == x.dtype
                 and self.normalized_shape == (x.shape[1],) and not is_exporting()):
-            from fsdlite.ops import layer_norm_rows  # builds the op family on first use
             return layer_norm_rows(x, self.weight, self.bias, self.eps)
         return super().forward(x)
 

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import torch
 
+from fsdlite.ops import rulebook_pairs
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.structures.padded import with_dump_row
 from fsdlite.utils.constants import const
@@ -71,7 +72,6 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     if is_exporting():  # a map built inside the graph (in-graph rulebooks): fixed-shape compaction
         pairs, needed, placed = traced_pairs(nbr, int(num_in), capacity, tile)
     else:
-        from fsdlite.ops import rulebook_pairs
         pairs, needed, placed = rulebook_pairs(nbr, int(num_in), capacity, tile)
     check_bound(needed, int(max_pairs), bound_name, strict=strict)
     return PairList(pairs, needed, needed - placed)

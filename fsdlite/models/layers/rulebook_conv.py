@@ -25,6 +25,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+import fsdlite.ops as fsdlite_ops
+from fsdlite.ops import conv_output_shape, rulebook_inverse
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.structures.padded import with_dump_row
 
@@ -154,7 +156,6 @@ def _inverse_map(nbr, num_rows, ops=None):
     if ops is not None:
         return ops.rulebook_inverse(nbr, num_rows)
     if not is_exporting():
-        from fsdlite.ops import rulebook_inverse
         return rulebook_inverse(nbr, num_rows)
     vout, kv = nbr.shape
     rows = torch.arange(vout, device=nbr.device).view(-1, 1).expand(vout, kv)
@@ -223,8 +224,7 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
     if ops is None and is_exporting():
         raise RuntimeError(f'the rulebook of layer {type(module).__name__}(indice_key={key!r}) is not in the cache; '
                            'exported graphs take rulebooks as inputs (build them with build_rulebook in eager mode)')
-    if ops is None:
-        from fsdlite import ops
+    ops = fsdlite_ops if ops is None else ops
     build_conv, rulebook_subm = ops.rulebook_conv, ops.rulebook_subm
     num_valid = num_valid if isinstance(num_valid, torch.Tensor) else torch.tensor(int(num_valid))
     num_valid = num_valid.to(device=coors.device, dtype=torch.long).reshape(())
@@ -237,7 +237,6 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
     else:
         if max_out is None:
             raise ValueError(f'strided conv (indice_key={key!r}) needs max_out, the output voxel bound')
-        from fsdlite.ops import conv_output_shape
         res = build_conv(coors, num_valid, shape, g.kernel_size, g.stride, g.padding, g.dilation, max_out=max_out)
         needed = res.num_valid_out + res.num_dropped
         dropped = check_bound(needed, max_out, bound_name, strict=strict)

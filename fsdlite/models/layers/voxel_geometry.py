@@ -5,6 +5,7 @@ every component agrees with the voxelization on the grid.
 """
 import torch
 
+from fsdlite.ops.voxelize import grid_shape
 from fsdlite.utils.constants import const
 
 
@@ -19,7 +20,6 @@ def voxel_grid(voxel_size, point_range):
     Raises:
         ValueError / TypeError naming the argument and the offending value.
     """
-    from fsdlite.ops.voxelize import grid_shape  # imported here: builds the op family on first use
     sparse_shape = grid_shape(voxel_size, point_range)
     return tuple(float(v) for v in voxel_size), tuple(float(v) for v in point_range), tuple(sparse_shape)
 

@@ -2,6 +2,7 @@
 import torch
 from torch import nn
 
+from fsdlite.ops.segment_reduce import segment_reduce
 from fsdlite.registry import MODELS
 
 from ..layers.channels import channel_tuple
@@ -97,7 +98,6 @@ def _segment_ops(padded):
     if padded:
         from ..layers.static_ops import gather_rows, static_segment_reduce
         return static_segment_reduce, gather_rows
-    from fsdlite.ops.segment_reduce import segment_reduce
     return segment_reduce, lambda src, index: src.index_select(0, index)
 
 

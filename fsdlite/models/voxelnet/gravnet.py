@@ -8,6 +8,8 @@ aggregates mean and max; an output MLP maps [x, mean x, mean msg, max msg] to ``
 import torch
 from torch import nn
 
+from fsdlite.ops import knn, knn_aggregate
+
 from ...registry import MODELS
 from ...structures.bounds import is_exporting
 from ..layers.mlp import build_mlp
@@ -90,7 +92,6 @@ class GravNetLayer(nn.Module):
         """
         if is_exporting():  # fsdlite.ops.knn has no ONNX form: same neighbours by a fixed-size TopK per chunk
             return self.forward_dense(x)
-        from fsdlite.ops import knn, knn_aggregate
         with_means, s, msg = self._embed(x)
         b, n, _ = x.shape
         s = s.reshape(b * n, self.latent_dims)
