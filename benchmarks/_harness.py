@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def current_rss_bytes():
@@ -76,10 +75,8 @@ def run_isolated(script, function, kwargs=None, timeout=1800, threads=None, warm
     Returns:
         dict: ``seconds``, ``peak_bytes`` (growth over the pre-call RSS), ``ok``, ``error``.
     """
-    code = (f'import sys\nsys.path.insert(0, {str(REPO_ROOT / "benchmarks")!r})\nimport _harness as h\n'
-            f'res = h._child({str(script)!r}, {function!r}, json.loads({_json_literal(kwargs)}), {threads!r}, '
-            f'{warmup!r})\n')
-    result, tail = _fresh_interpreter(code, timeout)
+    result, tail = _fresh_interpreter(dict(mode='measure', script=str(script), function=function,
+                                           kwargs=kwargs or {}, threads=threads, warmup=warmup), timeout)
     if result is None:
         return {'ok': False, 'error': tail, 'seconds': float('nan'), 'peak_bytes': float('nan')}
     return result
@@ -98,42 +95,38 @@ def call_isolated(script, function, kwargs=None, timeout=1800, threads=None):
     Raises:
         RuntimeError: the child failed (its output's tail in the message).
     """
-    code = ('import importlib.util\nimport torch\n'
-            + (f'torch.set_num_threads({int(threads)})\n' if threads else '')
-            + f'spec = importlib.util.spec_from_file_location("bench_module", {str(script)!r})\n'
-            'module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n'
-            f'res = getattr(module, {function!r})(**json.loads({_json_literal(kwargs)}))\n')
-    result, tail = _fresh_interpreter(code, timeout)
+    result, tail = _fresh_interpreter(dict(mode='call', script=str(script), function=function, kwargs=kwargs or {},
+                                           threads=threads), timeout)
     if result is None:
         raise RuntimeError(f'{script}:{function} failed in a fresh process: {tail}')
     return result
 
 
-def _json_literal(kwargs):
-    """Python source of a string holding ``kwargs`` as JSON."""
-    return json.dumps(json.dumps(kwargs or {}))
-
-
-def _fresh_interpreter(code, timeout):
-    """Run ``code`` (which leaves its JSON-serialisable result in ``res``) in a new interpreter:
-    ``(result, '')`` or ``(None, 'exit N: <output tail>')``."""
-    code = 'import json\n' + code + 'print("ISOLATED " + json.dumps(res))\n'
-    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=timeout)
+def _fresh_interpreter(spec, timeout):
+    """Run this file as a script on ``spec`` (:func:`_child`) in a new interpreter, so that ``benchmarks/`` is the
+    child's first import folder, as for every benchmark script: ``(result, '')`` or ``(None, 'exit N: <output
+    tail>')``."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
+                          text=True, timeout=timeout)
     for line in proc.stdout.splitlines():
         if line.startswith('ISOLATED '):
             return json.loads(line[len('ISOLATED '):]), ''
     return None, f'exit {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}'
 
 
-def _child(script, function, kwargs, threads, warmup):
+def _child(spec):
+    """The child's work: ``mode='call'`` returns ``function(**kwargs)``; ``'measure'`` builds the work with it and
+    returns seconds and peak memory of one call (see :func:`run_isolated`)."""
     import torch
-    if threads:
-        torch.set_num_threads(threads)
-    spec = importlib.util.spec_from_file_location('bench_module', script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    work = getattr(module, function)(**kwargs)
-    if warmup:
+    if spec.get('threads'):
+        torch.set_num_threads(spec['threads'])
+    module_spec = importlib.util.spec_from_file_location('bench_module', spec['script'])
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if spec['mode'] == 'call':
+        return getattr(module, spec['function'])(**spec['kwargs'])
+    work = getattr(module, spec['function'])(**spec['kwargs'])
+    if spec.get('warmup'):
         work()
     import gc
     gc.collect()
@@ -171,3 +164,7 @@ def print_table(headers, rows):
 def print_result(payload):
     """The final machine-readable line of a benchmark."""
     print('RESULT ' + json.dumps(payload, sort_keys=True))
+
+
+if __name__ == '__main__':  # the child of run_isolated / call_isolated
+    print('ISOLATED ' + json.dumps(_child(json.loads(sys.argv[1]))))

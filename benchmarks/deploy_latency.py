@@ -25,16 +25,14 @@ input's own needs times M (the padding overhead of the fixed shapes at its small
                                         [--slim-width W | --slim-width 0 (no slim rows)] [--tiers S ... | --tiers]
 """
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
-from fsdlite.engine.tool_setup import number  # noqa: E402
+from fsdlite.engine.tool_setup import number
 
 CASES = {
     'FSD-lite': dict(key='fsd', config='configs/fsd/fsdlite_kitti_static.py', frame='kitti'),

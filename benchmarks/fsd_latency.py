@@ -23,12 +23,10 @@ Ends with ``RESULT {json}`` (per variant: stage ms, total ms, peak bytes, boxes;
 """
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / 'shared' / 'data'

@@ -18,14 +18,12 @@ import argparse
 import math
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
 LAYERS = ('KPConv', 'KPInv', 'KPConvX')
 IMPLS = ('naive', 'fused')

@@ -11,19 +11,18 @@ time (> 1 means faster than the reference).  Peak memory, where a case asks for 
 is measured per variant in a fresh subprocess.
 
     python benchmarks/ops.py [--quick] [--only voxelize segment_reduce ...] [--threads N]
+    python benchmarks/ops.py --scaling knn [--threads N]   # peak memory vs size (knn, grid_subsample, ...)
 """
 import argparse
-import importlib.util
+import importlib
 import math
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
-from fsdlite.engine.tool_setup import number  # noqa: E402
+from fsdlite.engine.tool_setup import number
 
 CASE_DIR = Path(__file__).resolve().parent / 'op_cases'
 
@@ -34,16 +33,9 @@ def case_families():
 
 
 def load_case_modules(only=None):
-    """``(family, module)`` of every case file (or of those in ``only``)."""
-    modules = []
-    for path in sorted(CASE_DIR.glob('*.py')):
-        if path.stem.startswith('_') or (only and path.stem not in only):
-            continue
-        spec = importlib.util.spec_from_file_location(f'op_cases_{path.stem}', path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        modules.append((path.stem, module))
-    return modules
+    """``(family, module)`` of every case module ``op_cases.<family>`` (or of those in ``only``)."""
+    return [(family, importlib.import_module(f'op_cases.{family}')) for family in case_families()
+            if not only or family in only]
 
 
 def main(argv=None):
@@ -55,8 +47,14 @@ def main(argv=None):
                         help=f'op families to run (of {", ".join(case_families())})')
     parser.add_argument('--threads', type=number(int, 1), default=torch.get_num_threads())
     parser.add_argument('--repeat', type=number(int, 1), default=3)
+    parser.add_argument('--scaling', choices=[f for f in case_families()
+                                              if 'def scaling(' in (CASE_DIR / f'{f}.py').read_text()],
+                        metavar='FAMILY', help="instead of the table: the family's peak memory at growing sizes (fresh "
+                                               'processes) and the size that would fill 8 GiB')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.scaling:
+        return dict(load_case_modules([args.scaling]))[args.scaling].scaling(args.threads)
     print(f'torch {torch.__version__}, {args.threads} threads, {"quick" if args.quick else "full"} sizes')
     rows, result = [], {}
     for family, module in load_case_modules(args.only):

@@ -16,16 +16,14 @@ measured in a fresh subprocess.
     python benchmarks/rulebook_conv.py [--quick] [--threads N] [--repeat R] [--no-memory]
 """
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
-from op_cases.rulebook import voxel_set  # noqa: E402
-from fsdlite.deploy.translations import custom_translations  # noqa: E402
+import _harness as h
+from op_cases.rulebook import voxel_set
+from fsdlite.deploy.translations import custom_translations
 
 VARIANTS = ('spconv', 'rulebook op', 'torch matmul', 'torch loop', 'ort matmul', 'ort loop')
 GEOMETRY = {'subm': dict(kernel_size=3, subm=True), 'conv': dict(kernel_size=3, stride=2, padding=1)}

@@ -51,12 +51,10 @@ is taken against the fine-tuned original (the control) unless ``--no-control``. 
 import argparse
 import json
 import os.path as osp
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / 'fsdlite' / 'slim' / 'measure.py'

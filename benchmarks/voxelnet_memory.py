@@ -12,11 +12,9 @@ Ends with ``RESULT {json}`` and the line ``dense/efficient peak memory ratio = X
 (at the first size both implementations ran).
 """
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / 'configs' / 'voxelnet' / 'voxelnet_random_blocks.py'

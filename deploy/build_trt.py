@@ -10,13 +10,9 @@ import argparse
 import os.path as osp
 import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.deploy.runtime import read_deploy_info  # noqa: E402
-from fsdlite.deploy.tensorrt import build_engine, unavailable_reason  # noqa: E402
-from fsdlite.engine.tool_setup import number  # noqa: E402
+from fsdlite.deploy.runtime import read_deploy_info
+from fsdlite.deploy.tensorrt import build_engine, unavailable_reason
+from fsdlite.engine.tool_setup import number
 
 
 def main(argv=None):

@@ -13,18 +13,13 @@ times each scale; the runtime runs each frame on the smallest tier it fits, fsdl
 Exit status: 0 deployable, 1 graph not deployable or ORT differs, 2 set-up error.
 """
 import argparse
-import os.path as osp
 import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.deploy import DeployGraphError, export_model  # noqa: E402
-from fsdlite.deploy.onnx_io import DEFAULT_OPSET  # noqa: E402
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import CfgOptionsAction, in_dir, number, out_dir  # noqa: E402
-from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+from fsdlite.deploy import DeployGraphError, export_model
+from fsdlite.deploy.onnx_io import DEFAULT_OPSET
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import CfgOptionsAction, in_dir, number, out_dir
+from fsdlite.utils.compat import CheckpointLoadError
 
 
 def parse_args(argv=None):

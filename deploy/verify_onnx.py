@@ -12,18 +12,13 @@ deploy folder (a missing or corrupt model.onnx, a config.py that does not parse:
 unexpected failure while verifying (with its traceback) -- never the status of a numeric mismatch.
 """
 import argparse
-import os.path as osp
 import sys
 import traceback
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.deploy.verify import format_checks, verify_deploy  # noqa: E402
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import in_dir, number  # noqa: E402
-from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+from fsdlite.deploy.verify import format_checks, verify_deploy
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import in_dir, number
+from fsdlite.utils.compat import CheckpointLoadError
 
 
 def main(argv=None):

@@ -223,3 +223,12 @@ def test_checker_flags_upward_same_rank_and_script_imports(tmp_path):
                                            ('fsdlite.models.fsd.sir', 'fsdlite.models')])
 def test_layer_of(module, layer):
     assert layer_of(module) == layer
+
+
+def test_scripts_do_not_edit_sys_path():
+    """Scripts import the installed package (and benchmarks/ helpers from their own folder): no sys.path edits."""
+    edits = [f'{path.relative_to(ROOT)}:{number}' for folder in SCRIPT_FOLDERS
+             for path in sorted((ROOT / folder).rglob('*.py'))
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if 'sys.path.insert' in line or 'sys.path.append' in line]
+    assert not edits, f'scripts that edit sys.path: {edits}'

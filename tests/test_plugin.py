@@ -30,6 +30,25 @@ def test_config_with_plugin_head_builds_and_runs(plugin_on_path):
     assert out['seg_logits'].shape == (5, 3)
 
 
+def test_tools_find_the_plugin_beside_the_config(monkeypatch):
+    """read_config (every tool's config loader) puts the plugin's folder on sys.path: no PYTHONPATH needed."""
+    from fsdlite.engine.tool_setup import plugin_folder, read_config
+    from fsdlite.registry import MODELS
+    monkeypatch.setattr(sys, 'path', [p for p in sys.path if Path(p or '.').resolve() != PLUGIN_DIR])
+    sys.modules.pop('fsdlite_plugin_example', None)
+    config = PLUGIN_DIR / 'configs' / 'segmentor_with_plugin_head.py'
+    assert plugin_folder('fsdlite_plugin_example', config) == str(PLUGIN_DIR)
+    assert plugin_folder('fsdlite.models', config) is None  # importable already
+    try:
+        cfg = read_config(str(config))
+        assert str(PLUGIN_DIR) in sys.path and 'fsdlite_plugin_example' in sys.modules
+        assert type(MODELS.build(cfg.model).seg_head).__name__ == 'ResidualPointSegHead'
+    finally:
+        sys.modules.pop('fsdlite_plugin_example', None)
+        for name in ('ResidualPointSegHead', 'ChannelGate'):
+            MODELS._module_dict.pop(name, None)
+
+
 def test_config_without_plugin_on_path_fails_clearly():
     sys.modules.pop('fsdlite_plugin_example', None)
     with pytest.raises(ImportError, match='fsdlite_plugin_example'):

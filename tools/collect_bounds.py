@@ -19,23 +19,17 @@ tiers at the median and 90th percentile of those fractions.
 """
 import argparse
 import math
-import os.path as osp
-import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
+import torch
+from mmengine.dataset import pseudo_collate
+from mmengine.utils import ProgressBar
 
-import torch  # noqa: E402
-from mmengine.dataset import pseudo_collate  # noqa: E402
-from mmengine.utils import ProgressBar  # noqa: E402
-
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, load_weights, number, out_file  # noqa: E402
-from fsdlite.models.detectors.static import PRE_OP_BOUNDS  # noqa: E402
-from fsdlite.registry import DATASETS, MODELS  # noqa: E402
-from fsdlite.structures.bounds import merge_max  # noqa: E402
-from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, load_weights, number, out_file
+from fsdlite.models.detectors.static import PRE_OP_BOUNDS
+from fsdlite.registry import DATASETS, MODELS
+from fsdlite.structures.bounds import merge_max
+from fsdlite.utils.compat import CheckpointLoadError
 
 SPLITS = ('train', 'val', 'test')
 

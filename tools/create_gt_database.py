@@ -12,12 +12,8 @@ import copy
 import os.path as osp
 import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, number, out_dir  # noqa: E402
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, number, out_dir
 
 
 def training_dataset_cfg(cfg):

@@ -15,19 +15,17 @@ paths, e.g. ``backbone.encoder_channels.2=1`` or ``backbone.blocks.3=1``; ``--ke
 backbone.channels.3=0.25`` overrides ``--width`` there.
 """
 import argparse
+import importlib.util
 import json
 import os
 import os.path as osp
-import sys
+
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import CfgOptionsAction, number, out_dir
+from fsdlite.slim.errors import SlimError
+from fsdlite.utils.compat import CheckpointLoadError
 
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import CfgOptionsAction, number, out_dir  # noqa: E402
-from fsdlite.slim.errors import SlimError  # noqa: E402
-from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
 
 
 def _pairs(values, what, cast):
@@ -77,15 +75,17 @@ def parse_args(argv=None):
 
 
 def _memory_probe(args, paths):
-    """name -> peak bytes of one predict forward in a fresh process (benchmarks/_harness.run_isolated)."""
-    sys.path.insert(0, osp.join(REPO_ROOT, 'benchmarks'))
-    from _harness import run_isolated
+    """name -> peak bytes of one predict forward in a fresh process (benchmarks/_harness.run_isolated, loaded from
+    its file)."""
+    spec = importlib.util.spec_from_file_location('_harness', osp.join(REPO_ROOT, 'benchmarks', '_harness.py'))
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
     worker = osp.join(REPO_ROOT, 'fsdlite', 'slim', 'measure.py')
 
     def probe(name):
         config, ckpt, options = paths[name]
-        res = run_isolated(worker, 'forward_work', dict(config=config, checkpoint=ckpt, cfg_options=options,
-                                                        sample_indices=args.sample_index, split=args.split))
+        res = harness.run_isolated(worker, 'forward_work', dict(config=config, checkpoint=ckpt, cfg_options=options,
+                                                                sample_indices=args.sample_index, split=args.split))
         return res['peak_bytes'] if res['ok'] else float('nan')
     return probe
 

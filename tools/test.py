@@ -6,17 +6,11 @@ Example::
     python tools/test.py configs/segmentation/sparse_segmentor_synthetic.py work_dirs/seg/iter_2000.pth
 """
 import argparse
-import os.path as osp
-import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import (add_runner_args, build_runner, load_config, load_weights,  # noqa: E402
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import (add_runner_args, build_runner, load_config, load_weights,
                                        parse_runner_args, prepare_runner_cfg, require_file, runner_model)
-from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+from fsdlite.utils.compat import CheckpointLoadError
 
 
 def parse_args(argv=None):

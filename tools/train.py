@@ -9,19 +9,13 @@ Examples::
     torchrun --nproc-per-node 2 tools/train.py CONFIG --launcher pytorch                  # gloo on CPU
 """
 import argparse
-import os.path as osp
-import sys
 
-REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # lets custom_imports reach in-repo plugins (examples/...)
-    sys.path.insert(0, REPO_ROOT)
-
-from fsdlite.engine.distributed import shutdown_distributed  # noqa: E402
-from fsdlite.engine.errors import ToolError  # noqa: E402
-from fsdlite.engine.tool_setup import (CheckpointMismatchError, add_runner_args, build_runner,  # noqa: E402
+from fsdlite.engine.distributed import shutdown_distributed
+from fsdlite.engine.errors import ToolError
+from fsdlite.engine.tool_setup import (CheckpointMismatchError, add_runner_args, build_runner,
                                        check_schedule, enable_amp, latest_checkpoint, load_config, load_weights,
                                        parse_runner_args, prepare_runner_cfg, require_file, runner_model)
-from fsdlite.utils.compat import CheckpointLoadError  # noqa: E402
+from fsdlite.utils.compat import CheckpointLoadError
 
 
 def parse_args(argv=None):

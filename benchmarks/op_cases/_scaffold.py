@@ -3,26 +3,18 @@
 * :func:`case` builds one case from a module's ``work(variant, **kwargs)`` function (also the entry point
   that measures a variant's peak memory in a fresh process),
 * :func:`scaling_samples` / :func:`fit_8gib` / :func:`print_samples` measure the op at growing sizes and
-  extrapolate the size that would fill 8 GiB,
-* :func:`script_main` is the command line of a case module (``--scaling [--threads N]``).
+  extrapolate the size that would fill 8 GiB (``python benchmarks/ops.py --scaling FAMILY`` runs a case module's
+  ``scaling(threads)``).
+
+The case modules live in the package ``op_cases`` under ``benchmarks/``, the first import folder of every benchmark
+script and of the fresh processes of ``_harness.run_isolated``.
 """
-import argparse
 import inspect
-import sys
 from pathlib import Path
 
-import torch
+import _harness as h
 
-BENCHMARKS = Path(__file__).resolve().parents[1]
 LIMIT_BYTES = 8 * 2**30
-
-
-def harness():
-    """The ``benchmarks/_harness.py`` module."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    import _harness
-    return _harness
 
 
 def case(op, size, work, variants, baseline, /, measure_memory=True, **kwargs):
@@ -55,7 +47,6 @@ def scaling_samples(work, runs, threads):
     Returns:
         list[tuple[int, int, float]]: ``(points, peak_bytes, seconds)`` per run.
     """
-    h = harness()
     script = str(Path(inspect.getfile(work)).resolve())
     samples = []
     for points, kwargs in runs:
@@ -66,12 +57,12 @@ def scaling_samples(work, runs, threads):
 
 def sample_row(points, peak_bytes, seconds):
     """Table cells ``[points, s, peak, bytes/point]`` of one sample."""
-    return [f'{points:,}', f'{seconds:.2f}', harness().fmt_bytes(peak_bytes), f'{peak_bytes / points:.0f}']
+    return [f'{points:,}', f'{seconds:.2f}', h.fmt_bytes(peak_bytes), f'{peak_bytes / points:.0f}']
 
 
 def print_samples(samples):
     """Table of ``(points, peak_bytes, seconds)`` samples."""
-    harness().print_table(['points', 's', 'peak', 'bytes/point'], [sample_row(*s) for s in samples])
+    h.print_table(['points', 's', 'peak', 'bytes/point'], [sample_row(*s) for s in samples])
 
 
 def fit_8gib(samples, name, threads):
@@ -87,15 +78,3 @@ def fit_8gib(samples, name, threads):
           f'(~{t1 * limit / n1:.0f} s at {threads} threads, linear estimate)')
     return {'bytes_per_point': round(per_point, 1), 'points_within_8GiB': limit,
             'seconds_at_limit_est': round(t1 * limit / n1, 1)}
-
-
-def script_main(doc, scaling):
-    """Command line of a case module: ``--scaling`` runs ``scaling(threads)``, else prints the help."""
-    parser = argparse.ArgumentParser(description=doc.split('\n\n')[0])
-    parser.add_argument('--scaling', action='store_true')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    if args.scaling:
-        scaling(args.threads)
-    else:
-        parser.print_help()

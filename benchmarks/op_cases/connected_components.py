@@ -9,15 +9,11 @@ Workloads (FSD's clustering, reference/fsd.md §1.1/§1.2 step 7):
 The scipy variant times the whole path: one cKDTree per (sample, class) + query_pairs (strict:
 radius nextafter(t, 0)) + sparse adjacency + csgraph.connected_components.
 """
-import sys
-from pathlib import Path
-
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _point_clouds import SHARED  # noqa: E402
-from _scaffold import case  # noqa: E402
+from op_cases._point_clouds import SHARED
+from op_cases._scaffold import case
 
 THRESHOLDS = (0.6, 0.1, 0.4)  # FSD Waymo connected_dist: Car, Ped, Cyc
 WAYMO_PC = SHARED / 'spconv_waymo' / 'benchmark-pc.npz'  # traveller59/spconv@263d6b4:test/data/benchmark-pc.npz

@@ -5,16 +5,13 @@ and the S3DIS conference-room subset (246k points) at 4 cm with RGB features and
 (KPConv's input subsampling).
 
     python benchmarks/ops.py --only grid_subsample
-    python benchmarks/op_cases/grid_subsample.py --scaling   # largest size within 8 GiB
+    python benchmarks/ops.py --scaling grid_subsample   # largest size within 8 GiB
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _point_clouds import indoor_points, lidar_points  # noqa: E402
-from _scaffold import case, fit_8gib, harness, print_samples, scaling_samples, script_main  # noqa: E402
+import _harness as h
+from op_cases._point_clouds import indoor_points, lidar_points
+from op_cases._scaffold import case, fit_8gib, print_samples, scaling_samples
 
 
 def work(variant, workload, n=0, voxel=0.1):
@@ -52,8 +49,4 @@ def scaling(threads):
             for n in (250_000, 500_000, 1_000_000, 2_000_000)]
     samples = scaling_samples(work, runs, threads)
     print_samples(samples)
-    harness().print_result({'grid_subsample_scaling': fit_8gib(samples, 'C=4', threads)})
-
-
-if __name__ == '__main__':
-    script_main(__doc__, scaling)
+    h.print_result({'grid_subsample_scaling': fit_8gib(samples, 'C=4', threads)})

@@ -4,14 +4,10 @@ Boxes imitate a detector's raw output before NMS: ~16 jittered detections per ob
 (car/ped/cyclist sizes) spread over a 150 m x 150 m scene, random scores; 1k-5k boxes.
 IoU is N x N; NMS uses FSD's test setting (rotated, IoU 0.25, at most 500 kept per sample).
 """
-import sys
-from pathlib import Path
-
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 LABELS = ('fsdlite.ops', 'reference')
 

@@ -8,17 +8,14 @@ Workloads
   (segment batching): 100 and 1,000 voxels x 1,000 muons; cdist+topk runs batched over voxel chunks.
 Peak memory of every variant is measured in a fresh subprocess (knn must stay O(N k)).
 
-    python benchmarks/ops.py --only knn            # the table
-    python benchmarks/op_cases/knn.py --scaling     # peak memory vs size -> largest size within 8 GiB
+    python benchmarks/ops.py --only knn        # the table
+    python benchmarks/ops.py --scaling knn     # peak memory vs size -> largest size within 8 GiB
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _point_clouds import lidar_points  # noqa: E402
-from _scaffold import case, fit_8gib, harness, sample_row, scaling_samples, script_main  # noqa: E402
+import _harness as h
+from op_cases._point_clouds import lidar_points
+from op_cases._scaffold import case, fit_8gib, sample_row, scaling_samples
 
 CHUNK_BYTES = 256 << 20  # cdist+topk: distance-matrix bytes per voxel chunk
 
@@ -85,10 +82,6 @@ def scaling(threads):
             'voxels': [(1000 * m, dict(workload='voxels', k=25, voxels=1000, muons=m, variant='fsdlite'))
                        for m in (500, 1000, 2000, 3000)]}
     fits = {name: scaling_samples(work, workload_runs, threads) for name, workload_runs in runs.items()}
-    harness().print_table(['workload', 'points', 's', 'peak', 'bytes/point'],
-                          [[name, *sample_row(*s)] for name, samples in fits.items() for s in samples])
-    harness().print_result({'knn_scaling': {name: fit_8gib(samples, name, threads) for name, samples in fits.items()}})
-
-
-if __name__ == '__main__':
-    script_main(__doc__, scaling)
+    h.print_table(['workload', 'points', 's', 'peak', 'bytes/point'],
+                  [[name, *sample_row(*s)] for name, samples in fits.items() for s in samples])
+    h.print_result({'knn_scaling': {name: fit_8gib(samples, name, threads) for name, samples in fits.items()}})

@@ -3,13 +3,9 @@
 Sizes follow VoxelNet's muon stage: Nq = voxels x muons query rows, k = 25 neighbours,
 F = 22 messages.  Peak memory of each variant is measured in a fresh subprocess.
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 SIZES_FULL = [(20_000, 25, 22), (200_000, 25, 22)]
 SIZES_QUICK = [(5_000, 25, 22)]

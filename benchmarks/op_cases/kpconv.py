@@ -4,15 +4,10 @@ Forward + backward on radius neighbourhoods of uniform points (``kpconv_memory.m
 peak memory per variant in a fresh subprocess.  The layer-level comparison (KPConv / KPInv /
 KPConvX modules) is ``benchmarks/kpconv_memory.py``.
 """
-import sys
-from pathlib import Path
-
 import torch
 
 from kpconv_memory import make_problem
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 KERNEL_SIZE = 15
 

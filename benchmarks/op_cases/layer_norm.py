@@ -3,13 +3,9 @@
 The rows of FSD-lite's SIR and cluster head: ~5k point rows of 8 / 32 / 64 channels (one frame's foreground);
 forward, plus forward + backward at 32 channels. Peak memory per variant (32 channels) in a fresh subprocess.
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 
 def inputs(rows, channels, requires_grad=False, seed=0):

@@ -3,13 +3,9 @@
 Sizes: ~120k points with 50 boxes, as one sample and as a batch of 5 samples with 10 boxes each;
 peak memory per variant in a fresh subprocess.
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 
 def scene(num_points, num_boxes, batches, seed=0):

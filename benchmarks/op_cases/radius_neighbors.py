@@ -6,16 +6,13 @@ feeds its convolutions). The reference costs O(Nq * Ns), so it is timed side by 
 5k of the 100k queries; the op alone also runs all 100k queries.
 
     python benchmarks/ops.py --only radius_neighbors
-    python benchmarks/op_cases/radius_neighbors.py --scaling   # largest size within 8 GiB
+    python benchmarks/ops.py --scaling radius_neighbors   # largest size within 8 GiB
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _point_clouds import indoor_points  # noqa: E402
-from _scaffold import case, fit_8gib, harness, print_samples, scaling_samples, script_main  # noqa: E402
+import _harness as h
+from op_cases._point_clouds import indoor_points
+from op_cases._scaffold import case, fit_8gib, print_samples, scaling_samples
 RADIUS, LIMIT, GRID = 0.06, 30, 0.02
 
 
@@ -63,8 +60,4 @@ def scaling(threads):
     runs = [(n, dict(variant='fsdlite', n=n, queries=n)) for n in (100_000, 200_000, 400_000, 800_000)]
     samples = scaling_samples(work, runs, threads)
     print_samples(samples)
-    harness().print_result({'radius_neighbors_scaling': fit_8gib(samples, f'H={LIMIT}', threads)})
-
-
-if __name__ == '__main__':
-    script_main(__doc__, scaling)
+    h.print_result({'radius_neighbors_scaling': fit_8gib(samples, f'H={LIMIT}', threads)})

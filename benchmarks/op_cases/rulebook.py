@@ -8,14 +8,11 @@ benchmark), or the ``V`` voxels of it nearest to the sensor in bird's-eye view; 
 same grid when the data folder is absent. Peak memory per variant in a fresh subprocess.
 """
 import pickle
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _point_clouds import SHARED  # noqa: E402
-from _scaffold import case  # noqa: E402
+from op_cases._point_clouds import SHARED
+from op_cases._scaffold import case
 
 SHAPE = (80, 1600, 1600)
 

@@ -3,13 +3,9 @@
 ~1M points x 16 features reduced into ~200k voxels (forward), plus max and mul (product) forward + backward.
 Peak memory per variant (max) in a fresh subprocess.
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 MODES = {'sum': 'sum', 'mean': 'mean', 'max': 'amax', 'mul': 'prod'}
 

@@ -9,14 +9,10 @@ per variant in a fresh subprocess. The ``fwd+bwd`` cases time a training step of
 backward to the features and the weight (``sparse_conv``'s backward runs the transposed convolution and the
 ``sparse_conv_weight_grad`` kernel; spconv its per-offset backward; the reference autograd through its products).
 """
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
-from rulebook import voxel_set  # noqa: E402
+from op_cases._scaffold import case
+from op_cases.rulebook import voxel_set
 
 
 def work(variant, num_voxels, channels, backward=False):

@@ -4,13 +4,10 @@ The sweep is in scan order (64 beams x azimuth steps), like a real lidar frame; 
 removes that locality (worst case for the hash table).  Peak memory per variant in a fresh subprocess.
 """
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scaffold import case  # noqa: E402
+from op_cases._scaffold import case
 
 VOXEL = [0.1, 0.1, 0.1]
 RANGE = [-80.0, -80.0, -2.0, 80.0, 80.0, 6.0]

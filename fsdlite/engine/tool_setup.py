@@ -1,12 +1,16 @@
 """Shared set-up of the command-line tools (``tools/*.py``, ``deploy/*.py``): option types that reject bad values
 with an argparse message, config loading and overrides, checkpoint reading, work dir, runner."""
 import argparse
+import importlib.util
 import math
 import os
 import os.path as osp
+import sys
+from pathlib import Path
 
 import torch
 from mmengine.config import Config, DictAction
+from mmengine.utils import import_modules_from_strings
 
 from fsdlite import registry  # noqa: F401  (applies the torch>=2.6 checkpoint-loading fix)
 
@@ -144,9 +148,42 @@ def load_config(path, cfg_options=None, allow_new_keys=False):
     return check_config_values(cfg)
 
 
+def plugin_folder(module, config_path):
+    """The folder to put on ``sys.path`` so that ``module`` (a config's ``custom_imports`` entry) imports: None when
+    it imports already, else the nearest of the config's folder and its parents that holds the module's top-level
+    package or file (so ``examples/plugin/configs/x.py`` finds ``examples/plugin/fsdlite_plugin_example``), or None.
+    """
+    top = module.split('.')[0]
+    if importlib.util.find_spec(top) is not None:
+        return None
+    folder = Path(config_path).resolve().parent
+    for candidate in (folder, *folder.parents):
+        if (candidate / top / '__init__.py').is_file() or (candidate / f'{top}.py').is_file():
+            return str(candidate)
+    return None
+
+
+def import_custom_modules(cfg, config_path):
+    """Import the config's ``custom_imports`` (mmengine's ``import_modules_from_strings``), first putting on
+    ``sys.path`` the folder beside the config that holds a plugin (:func:`plugin_folder`): in-repo plugins
+    (``examples/plugin``) load without ``PYTHONPATH`` or ``sys.path`` edits in the scripts.
+
+    Raises:
+        ImportError: a module cannot be imported.
+    """
+    custom = cfg.get('custom_imports')
+    if not custom:
+        return
+    for module in custom.get('imports', []):
+        folder = plugin_folder(module, config_path)
+        if folder is not None and folder not in sys.path:
+            sys.path.insert(0, folder)
+    import_modules_from_strings(**custom)
+
+
 def read_config(path, what='config file'):
-    """``Config.fromfile(path)``; a missing file, a syntax error or an unloadable ``_base_`` / ``custom_imports``
-    raises an error naming ``what`` and ``path``.
+    """``Config.fromfile(path)``, custom imports included (:func:`import_custom_modules`); a missing file, a syntax
+    error or an unloadable ``_base_`` / ``custom_imports`` raises an error naming ``what`` and ``path``.
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
@@ -154,7 +191,9 @@ def read_config(path, what='config file'):
     """
     require_file(path, what)
     try:
-        return Config.fromfile(path)
+        cfg = Config.fromfile(path, import_custom_modules=False)
+        import_custom_modules(cfg, path)
+        return cfg
     except SyntaxError as exc:
         where = f'{exc.filename}, ' if exc.filename not in (None, '<unknown>', path) else ''
         raise ToolError(f'{what} {path!r} is not valid Python: {exc.msg} ({where}line {exc.lineno})') from None
@@ -243,5 +282,6 @@ def runner_model(runner):
 
 
 __all__ = ['CheckpointMismatchError', 'CfgOptionsAction', 'number', 'in_dir', 'out_dir', 'out_file', 'add_runner_args',
-           'parse_runner_args', 'load_config', 'read_config', 'prepare_runner_cfg', 'check_schedule', 'enable_amp',
+           'parse_runner_args', 'load_config', 'read_config', 'import_custom_modules', 'plugin_folder',
+           'prepare_runner_cfg', 'check_schedule', 'enable_amp',
            'build_runner', 'require_file', 'read_state_dict', 'load_weights', 'latest_checkpoint', 'runner_model']

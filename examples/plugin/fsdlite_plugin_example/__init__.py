@@ -1,7 +1,7 @@
 """An out-of-tree fsdlite plugin: registers ``ResidualPointSegHead`` into fsdlite's MODELS registry.
 
-Configs load it with ``custom_imports = dict(imports=['fsdlite_plugin_example'])`` (the folder
-``examples/plugin`` must be on ``PYTHONPATH``); nothing inside fsdlite is edited.
+Configs load it with ``custom_imports = dict(imports=['fsdlite_plugin_example'])`` (the tools find the folder
+``examples/plugin`` beside the config; elsewhere it must be importable); nothing inside fsdlite is edited.
 
 ``ChannelGate`` shows how a plugin layer declares how it slims (``slim_spec``, see :mod:`fsdlite.slim.specs`):
 ``tools/slim.py`` then keeps its per-channel gate in step with the channels chosen for the features it gates.

@@ -1,0 +1,1 @@
+"""Op benchmark cases of ``benchmarks/ops.py``, one module per op family (format in its docstring)."""
