@@ -8,8 +8,8 @@ short fine-tune with the config's own (rescaled) schedule.
 Every variant is measured on the same samples (batch 1, one torch thread): MACs on the first item of the
 config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
 predict forwards (in ``torch.inference_mode``), for the slimmed weights before and after the fine-tune, all
-variants of a family timed together at the end in turns (round robin over frames and repeats, so machine load hits them alike) in a fresh
-process (after the fine-tunes the benchmark's own process runs every model 5-15 % slower, unevenly) (a
+variants of a family timed together at the end in turns (round robin over frames and repeats, so machine load hits
+them alike) in a fresh process (after the fine-tunes the benchmark's own process runs every model 5-15 % slower, unevenly) (a
 detector's later stages depend on what it predicts, so the fine-tuned latency is the one that counts; the
 speed-up uses it); peak memory = RSS growth of one predict forward in a fresh process
 (``_harness.run_isolated``). The metric is the config's test evaluator on a held-out set (FSD-lite: 3D mAP
@@ -29,24 +29,14 @@ Fine-tune recipe: the config's schedule rescaled to the iterations, at the famil
 variants (not the control) learn the outputs of the family's ``distill`` module from the original
 (``fsdlite.slim.distill``; ``--no-distill`` turns it off). The control fine-tunes after the slim variants: a process
 that has fine-tuned runs slower, and that must not bill the slim variants' CPU time.
-FSD-lite w0.5, 3D mAP on the 300 test frames. From the 10000-iteration original (85.42), 5000 iterations: slim 82.71,
-82.93, 82.59 (seeds 0-2) / control 87.65 at the config's 2e-3; 83.06, 82.95, 82.42 / 87.96 at 4e-3. The config's 50
-val frames spread the same six checkpoints over 78.7-83.2, which is why the test split is used. Distilling seg_head
-(seed 0, 2e-3) gave 82.84 (weight 1) and 82.47 (weight 3): no AP gain where labels are exact, but the slim model's
-foreground drops from 2789 to ~2420 points per frame (the original: 2284), and with it the second stage's cost
-(speed-up 1.93 -> 2.00x over 20 frames). From an original trained 10000 + 5000 iterations (87.65; the control above),
-5000 iterations: slim 83.50 / control 88.82 at 2e-3, slim 85.20 / control 87.11 at 4e-3; 4500 iterations at 4e-3
-with distillation: slim 84.85 in 14.0 CPU min (speed-up 2.07x). The slim model loses most on Car 3D AP at IoU 0.7
-(box heights and centres in z: 3D 79.8 vs 85.8 where BEV is 85.9 vs 86.6).
 
 Targets checked for FSD-lite: width 0.5 >= 2x faster on CPU; after a fine-tune of <= 15 CPU minutes,
-within 5 AP points of the original. Give a well-trained original: the 1200-iteration demo schedule is far from it
-(3D mAP 35 vs 75.7 after 6000 iterations and 84.0 after 10000, ``tools/train.py configs/fsd/fsdlite_synthetic.py
---cfg-options train_cfg.max_iters=10000 train_cfg.val_interval=10000 param_scheduler.1.T_max=10000
-param_scheduler.1.end=10000``, ~45 min on one core), and any fine-tune looks like a gain. Even 10000 iterations are
-not converged (the control fine-tune adds 2.2 points on the test frames), so the last run above started from that
-control: a run on the 10000-iteration checkpoint writes it to ``OUT/fsd/finetune/original/iter_5000.pth``. The drop
-is taken against the fine-tuned original (the control) unless ``--no-control``. Ends with ``RESULT {json}``.
+within 5 AP points of the original. Give a well-trained original: the 1200-iteration demo schedule is far from it,
+and any fine-tune then looks like a gain (``tools/train.py configs/fsd/fsdlite_synthetic.py --cfg-options
+train_cfg.max_iters=10000 train_cfg.val_interval=10000`` trains a longer one). The control fine-tune of a run
+is written to ``OUT/fsd/finetune/original/iter_5000.pth`` and can be the next run's original. The drop is taken
+against the fine-tuned original (the control) unless ``--no-control``. Ends with ``RESULT {json}``; the runs so far
+are in docs/benchmarks.md.
 """
 import argparse
 import json

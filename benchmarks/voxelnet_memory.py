@@ -21,7 +21,7 @@ CONFIG = REPO / 'configs' / 'voxelnet' / 'voxelnet_random_blocks.py'
 FULL_CASES = [(125, 1000, ('dense', 'efficient')), (125, 2000, ('dense', 'efficient')),
               (343, 2000, ('efficient',)), (1000, 10000, ('efficient',))]
 QUICK_CASES = [(27, 200, ('dense', 'efficient')), (64, 500, ('efficient',))]
-DENSE_BYTES_PER_PAIR = 72   # measured: 8.3 GiB peak at V=125, M=1000 (bytes per voxel x muon^2)
+DENSE_BYTES_PER_PAIR = 72   # dense peak bytes per voxel x muon^2 (docs/benchmarks.md: 8.3 GiB at V=125, M=1000)
 
 
 def work(impl, voxels, muons, chunk_rows=1 << 13, seed=0):

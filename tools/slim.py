@@ -10,7 +10,7 @@ entries), ``DIR/<name>_slim.pth`` (``strict=True`` loadable), with ``--finetune`
 multiply-accumulates from the real sparse-conv rulebooks, CPU latency and peak memory of both models on the
 sample). With ``--finetune-distill MODULE`` the original model (CONFIG, CHECKPOINT) teaches the slim model the
 outputs of that submodule during the fine-tune (``seg_head`` for FSD-lite; :mod:`fsdlite.slim.distill`; no gain
-measured on the exactly labelled synthetic frames, see benchmarks/slim.py). Stage names are dotted model-config
+on the exactly labelled synthetic frames, see docs/benchmarks.md). Stage names are dotted model-config
 paths, e.g. ``backbone.encoder_channels.2=1`` or ``backbone.blocks.3=1``; ``--keep-ratio-per-stage
 backbone.channels.3=0.25`` overrides ``--width`` there.
 """

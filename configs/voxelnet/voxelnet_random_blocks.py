@@ -1,15 +1,11 @@
 # VoxelNet on simulated random-block volumes (4x4x3 voxels of 0.2 m, 500 muons each; X0Net sizes);
 # each voxel sees the 40 muons whose PoCA is nearest to it (muons_per_voxel).
-# CPU budget: ~0.15 s of CPU per iteration (batch 4) on one core (OMP_NUM_THREADS=1); measured: 899 s user
-# CPU (16.4 min wall) for the 6000 iterations and 4 validations.  Result (iter_6000): val accuracy 0.916,
-# block AUC 0.973 (baseline 0.533 / 0.630); test (seed 2) 0.930 / 0.978 (baseline 0.559 / 0.704).
+# Sized for a CPU (training time and results: docs/benchmarks.md).
 # Held-out volumes use another seed; the metric reports the model next to the PoCA log-scattering
 # baseline on the same volumes.
 # Why these sizes: the cost of the muon stage grows with V x M, the signal with the muons per voxel
-# (M / V); 4x4x3 with 500 muons has ~10 PoCAs per voxel (5x5x3 with 250 had ~3, where even the
-# baseline's block AUC is ~0.54) at a third less cost per volume.
-# With all 500 muons per voxel (2% of them near the voxel) the model learnt the background material but
-# no localisation in 1100 iterations (block AUC 0.47-0.48); with the 40 nearest, 400 iterations reach 0.58.
+# (M / V); 4x4x3 with 500 muons has ~10 PoCAs per voxel, and the 40 nearest muons per voxel (not all
+# 500) let the model learn localisation as well as the background material.
 # Both standardisers use running statistics in training too (train_stats='running'): a batch holds one or
 # two volumes, whose batch statistics would subtract exactly the per-volume level (the material).
 _base_ = ['../_base_/default_runtime.py', '../_base_/schedules/adamw_cosine_iter.py']

@@ -64,7 +64,7 @@ class OrtGraph:
         options.intra_op_num_threads = int(threads)
         options.inter_op_num_threads = 1
         # Idle intra-op workers would otherwise spin for a while after each run and take the cores from the
-        # host pre-/post-ops that run between graph calls (measured: pre-ops 8.7 -> 17.9 ms with 2 threads).
+        # host pre-/post-ops that run between graph calls (docs/benchmarks.md has the measurement).
         options.add_session_config_entry('session.intra_op.allow_spinning', '0')
         options.log_severity_level = 3  # constant-folding notices about CastLike are harmless
         self.path = str(path)

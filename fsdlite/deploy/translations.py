@@ -3,13 +3,15 @@
 * ``aten.index_reduce`` (``amax`` / ``amin`` along dim 0, ``include_self=True``) -> ``ScatterND`` with
   ``reduction='max'/'min'`` (opset >= 18) and one index per row.  :func:`fsdlite.models.layers.static_ops.
   static_segment_reduce` uses it for segment max/min: ORT's ScatterND copies whole rows, where the element-wise
-  ScatterElements that ``scatter_reduce`` exports to costs ~40x more on CPU.
+  ScatterElements that ``scatter_reduce`` exports to costs far more on CPU.
 * ``aten.index_select`` of a 1-D tensor -> ``GatherElements`` (``Gather`` otherwise): ONNX Runtime's ``Gather`` of
-  scalar rows costs ~5x more on CPU (measured: 0.59 vs 0.11 ms for 153,600 int64 indices, 1 thread) -- the label
-  propagation, coordinate and key-table lookups of the static grouping and graph rulebooks;
+  scalar rows is several times slower on CPU -- the label propagation, coordinate and key-table lookups of the
+  static grouping and graph rulebooks;
 * ``aten.gelu`` -> ``(x * (1 + erf(x / sqrt 2))) * 0.5`` (``approximate='tanh'``: the tanh formula), the arrangement
   ONNX Runtime fuses into one Gelu kernel; the exporter's own ``(0.5 * (1 + erf)) * x`` stays five element-wise
-  ops (measured on (6144, 64) float32, 1 thread: 0.69 ms unfused, 0.24 ms fused).
+  ops.
+
+The measurements behind these choices are in docs/benchmarks.md.
 """
 import torch
 

@@ -195,7 +195,7 @@ def measure_latency(model, data, mode='predict', repeat=5, warmup=1):
     """Median CPU seconds of ``model(**data, mode=mode)`` over ``repeat`` runs, in eval and inference mode.
 
     ``torch.inference_mode`` is how a model is run for inference: against ``no_grad`` it skips the autograd and
-    version-counter bookkeeping of every op (~2 ms of a ~25 ms FSD-lite forward on one CPU thread).
+    version-counter bookkeeping of every op (a visible share of a small model's CPU forward).
     """
     model.eval()
     times = []

@@ -2,10 +2,10 @@
 eps)``), for the many short rows of point and cluster features.
 
 Rows are independent tasks; float32 rows of 8 to 128 channels (multiples of 8) are held in AVX2 registers from
-load to store. On 5,280 rows and one thread torch's kernel took 154 / 193 / 290 µs for C = 8 / 32 / 64, this one
-29 / 68 / 151 (``benchmarks/ops.py --only layer_norm`` compares them on the machine's threads). Differentiable in
-``x``, ``weight`` and ``bias``; the backward is written with torch ops and is ~4x slower than torch's fused one,
-so :class:`fsdlite.models.layers.norm_act.RowLayerNorm` uses the op for inference only.
+load to store, which beats torch's kernel on short rows (``benchmarks/ops.py --only layer_norm`` compares them;
+docs/benchmarks.md). Differentiable in ``x``, ``weight`` and ``bias``; the backward is written with torch ops and
+is slower than torch's fused one, so :class:`fsdlite.models.layers.norm_act.RowLayerNorm` uses the op for
+inference only.
 """
 import torch
 

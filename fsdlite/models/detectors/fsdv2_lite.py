@@ -67,7 +67,7 @@ class FSDv2Lite(SparseDetectorBase):
         self._init_static(static, bounds)
 
     #: the mixer's voxels and pairs follow the frame's foreground (the ~2x headroom of the full bounds would make
-    #: every tier pay for twice the mixer work: 177 -> 130 ms graph on KITTI 000008 at tier 0.55)
+    #: every tier pay for twice the mixer work)
     TIER_GRAPH_BOUNDS = ('max_virtual_voxels', 'max_virtual_pairs')
 
     def instance_bound_spec(self):

@@ -22,9 +22,9 @@ class RowLayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` whose CPU inference on (N, C) rows runs ``fsdlite.ops.layer_norm_rows``.
 
     Point and cluster features are many short rows, where torch's LayerNorm kernel spends most of its time per
-    row (5,280 x 32 float32 rows, one thread: ~190 us vs ~70 us). Same parameters, state dict and results (to float
-    rounding) as ``nn.LayerNorm``. Everything else takes ``nn.LayerNorm``'s path: autograd (torch's fused backward
-    is ~4x faster than the op's, which is written with torch ops), other devices or ranks, half precision, no
+    row (docs/benchmarks.md). Same parameters, state dict and results (to float rounding) as ``nn.LayerNorm``.
+    Everything else takes ``nn.LayerNorm``'s path: autograd (torch's fused backward is faster than the op's, which
+    is written with torch ops), other devices or ranks, half precision, no
     affine parameters, and tracing / exporting (the exported graph keeps the standard LayerNormalization).
     Shapes: (N, C) -> (N, C), or ``nn.LayerNorm``'s.
     """

@@ -85,7 +85,7 @@ def rulebook_conv(feats, nbr, weight, bias=None, one_by_one=False, mode='auto'):
         mode (str): 'matmul' (one (Vout, K*Cin) @ (K*Cin, Cout) product), 'loop' (K accumulated products,
             less memory) or 'auto' (matmul when the gathered (Vout, K, Cin) buffer is <= 64 MiB). Both compute
             the same sums (float rounding aside). A per-offset gather-GEMM-scatter over the existing pairs only
-            (spconv's scheme, data-dependent shapes) was measured 2-3x slower on CPU than both and is not offered.
+            (spconv's scheme, data-dependent shapes) was slower on CPU than both and is not offered.
     Returns:
         Tensor: (Vout, Cout).
     """
