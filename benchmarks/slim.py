@@ -149,17 +149,9 @@ def interleaved_latency(models, frames, repeat):
 
 def latency_frames(cfg, model, count):
     """Up to ``count`` preprocessed single-frame batches of the val set of ``cfg`` (at least one item)."""
-    from fsdlite.slim.errors import SlimError
-    from fsdlite.slim.sample import build_sample
-    frames = []
-    for i in range(max(1, count)):
-        try:
-            frames.append(build_sample(cfg, model, indices=(i,)))
-        except SlimError:
-            if not frames:
-                raise
-            break
-    return frames
+    from fsdlite.datasets.from_config import config_batches
+    batches, _ = config_batches(cfg, 'val', range(max(1, count)), model=model, what='latency frames', clip=True)
+    return list(batches)
 
 
 def isolated_latency(variants, config, options, frame_count, repeat):

@@ -21,13 +21,13 @@ import argparse
 import math
 
 import torch
-from mmengine.dataset import pseudo_collate
 from mmengine.utils import ProgressBar
 
+from fsdlite.datasets.from_config import config_batches
 from fsdlite.engine.errors import ToolError
 from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, load_weights, number, out_file
 from fsdlite.models.detectors.static import PRE_OP_BOUNDS
-from fsdlite.registry import DATASETS, MODELS
+from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import merge_max
 from fsdlite.utils.compat import CheckpointLoadError
 
@@ -63,18 +63,6 @@ def build_model(cfg, checkpoint):
     return model.eval()
 
 
-def build_dataset(cfg, split):
-    """The dataset of ``cfg.<split>_dataloader.dataset`` (built with fsdlite's DATASETS).
-
-    Raises:
-        ToolError: the config has no such dataloader / dataset.
-    """
-    loader = cfg.get(f'{split}_dataloader')
-    if not loader or 'dataset' not in loader:
-        raise ToolError(f'the config has no {split}_dataloader.dataset to measure')
-    return DATASETS.build(loader['dataset'])
-
-
 def tier_fractions(history, bounds, names=PRE_OP_BOUNDS):
     """Per frame, the largest ``needed / bound`` over the entries of the bounds named in ``names``: the smallest
     capacity tier scale whose bounds (``scale_bounds(bounds, s, names)``) hold the frame."""
@@ -99,15 +87,12 @@ def snippet(bounds):
     return f'bounds = dict({items})'
 
 
-def collect(model, dataset, num_frames):
-    """Measure ``num_frames`` frames; returns (maxima, per-frame list of needed dicts)."""
-    frames = len(dataset) if num_frames is None else min(num_frames, len(dataset))
-    if frames == 0:
-        raise ToolError('the dataset has no frames')
+def collect(model, batches, frames):
+    """Measure the preprocessed one-frame ``batches`` (``frames`` of them); returns (maxima, per-frame list of
+    needed dicts)."""
     maxima, history = {}, []
     bar = ProgressBar(frames)
-    for i in range(frames):
-        batch = model.data_preprocessor(pseudo_collate([dataset[i]]), False)
+    for batch in batches:
         needed = model.measure_bounds(batch['inputs'])
         history.append(needed)
         merge_max(maxima, needed)
@@ -122,8 +107,9 @@ def main(argv=None):
     try:
         cfg = load_config(args.config, args.cfg_options)
         model = build_model(cfg, args.checkpoint)
-        dataset = build_dataset(cfg, args.split)
-        maxima, history = collect(model, dataset, args.num_frames)
+        frames = None if args.num_frames is None else range(args.num_frames)
+        batches, count = config_batches(cfg, args.split, frames, model=model, what='frames to measure', clip=True)
+        maxima, history = collect(model, batches, count)
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
     bounds = model.bounds_with_margin(maxima, args.margin)

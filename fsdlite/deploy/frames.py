@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..datasets.from_config import config_dataset
+from ..utils.errors import DataError
+
 LIDAR_FRAMES = {
     'kitti': ('kitti_object_000008/000008.bin', 4, 'KITTI object 000008 (mmdetection3d demo)'),
     'nuscenes': ('nuscenes_demo/LIDAR_TOP_1532402927647951.pcd.bin', 5, 'nuScenes LIDAR_TOP keyframe (mmdet3d demo)'),
@@ -53,24 +56,18 @@ def available_lidar_frames(data_root=None):
     return [name for name, (rel, _, _) in LIDAR_FRAMES.items() if (root / rel).is_file()]
 
 
-def config_dataset(cfg):
-    """``(dataset, split)`` built from the config's test (else val) dataloader, or ``(None, None)``."""
-    from ..registry import DATASETS
-    for split in ('test', 'val'):
-        loader = cfg.get(f'{split}_dataloader')
-        if loader and 'dataset' in loader:
-            return DATASETS.build(loader['dataset']), split
-    return None, None
-
-
 def dataset_batches(cfg, batch_size, count=2):
-    """Up to ``count`` batches of ``batch_size`` items of the config's test/val dataset.
+    """Up to ``count`` batches of ``batch_size`` items of the config's test/val dataset (items repeat when it is
+    shorter), not collated.
 
     Returns:
         list of ``(name, items, source)``; empty when the config has no dataset.
     """
-    dataset, split = config_dataset(cfg)
-    if dataset is None or len(dataset) == 0:
+    try:
+        dataset, split, _ = config_dataset(cfg, ('test', 'val'), 'verification frames')
+    except DataError:
+        return []
+    if len(dataset) == 0:
         return []
     out = []
     for f in range(min(count, max(len(dataset) // batch_size, 1))):
@@ -80,5 +77,4 @@ def dataset_batches(cfg, batch_size, count=2):
     return out
 
 
-__all__ = ['LIDAR_FRAMES', 'default_data_root', 'load_lidar_frame', 'available_lidar_frames', 'config_dataset',
-           'dataset_batches']
+__all__ = ['LIDAR_FRAMES', 'default_data_root', 'load_lidar_frame', 'available_lidar_frames', 'dataset_batches']

@@ -84,7 +84,7 @@ def prepare(config_path, checkpoint, cfg_options=None, sample_indices=(0,), spli
     Returns:
         Prepared
     Raises:
-        SlimError: the checkpoint does not belong to the config, the sample is missing, the trace fails.
+        SlimError: the checkpoint does not belong to the config, the trace fails; DataError: the sample is missing.
     """
     from fsdlite.engine.tool_setup import load_config
     from fsdlite.registry import MODELS
