@@ -123,7 +123,7 @@ HEADER = ['model', 'setting', 'frames', 'Car BEV@.7', 'Car 3D@.7', 'Car BEV@.5',
 
 
 def print_table(rows):
-    widths = [max(len(h), 12) for h in HEADER]
+    widths = [max(len(h) + 2, 12) for h in HEADER]
     widths[0], widths[1] = 11, 26
     print(''.join(f'{h:>{w}}' if i > 1 else f'{h:<{w}}' for i, (h, w) in enumerate(zip(HEADER, widths))))
     for row in rows:
