@@ -7,8 +7,8 @@
 For each family:
 
 (a) train on the simulated world (``configs/<family>/*_synthetic.py``; the demo's schedule unless
-    ``--synthetic-iters`` / ``--synthetic-frames``) and score on all 30 real frames of ``../shared/data/kitti_tiny_3d`` (points in the camera's
-    view, KITTI's own scoring: moderate, interpolated R40);
+    ``--synthetic-iters`` / ``--synthetic-frames``) and score on all 30 real frames of
+    ``../shared/data/kitti_tiny_3d`` (points in the camera's view, KITTI's own scoring: moderate, interpolated R40);
 (b) fine-tune (a) on the 25 real training frames with ground-truth sampling from them
     (``configs/<family>/*_kitti_tiny.py``) and score on the 5 val frames.
 
@@ -63,9 +63,9 @@ def parse_args(argv=None):
 
 
 def schedule_options(iters):
-    """``--cfg-options`` that set a config's iterations and stretch its cosine schedule to them."""
+    """``--cfg-options`` that set a config's iterations (the tools rescale its schedule with them), validate and
+    save once, at the end."""
     return [f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-            f'param_scheduler.1.T_max={iters}', f'param_scheduler.1.end={iters}',
             f'default_hooks.checkpoint.interval={iters}']
 
 
