@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """Simulated world -> real KITTI: FSD-lite and FSDv2-lite trained on the simulator only, then fine-tuned on real frames.
 
-    python benchmarks/sim2real.py [--families fsd fsdv2] [--synthetic-iters N] [--finetune-iters N] [--out DIR]
+    python benchmarks/sim2real.py [--families fsd fsdv2] [--synthetic-iters N] [--synthetic-frames N]
+                                  [--finetune-iters N] [--out DIR]
 
 For each family:
 
 (a) train on the simulated world (``configs/<family>/*_synthetic.py``; the demo's schedule unless
-    ``--synthetic-iters``) and score on all 30 real frames of ``../shared/data/kitti_tiny_3d`` (points in the camera's
-    view, KITTI's own scoring: moderate, interpolated R40);
+    ``--synthetic-iters`` / ``--synthetic-frames``) and score on all 30 real frames of
+    ``../shared/data/kitti_tiny_3d`` (points in the camera's view, KITTI's own scoring: moderate, interpolated R40);
 (b) fine-tune (a) on the 25 real training frames with ground-truth sampling from them
     (``configs/<family>/*_kitti_tiny.py``) and score on the 5 val frames.
 
@@ -50,6 +51,8 @@ def parse_args(argv=None):
     parser.add_argument('--families', nargs='+', choices=sorted(FAMILIES), default=['fsd', 'fsdv2'])
     parser.add_argument('--synthetic-iters', type=number(int, 1), default=None,
                         help="training iterations on the simulated world (default: the config's, the demo schedule)")
+    parser.add_argument('--synthetic-frames', type=number(int, 1), default=None,
+                        help="simulated training frames (default: the config's)")
     parser.add_argument('--finetune-iters', type=number(int, 1), default=None,
                         help="fine-tuning iterations on the real frames (default: the kitti_tiny config's)")
     parser.add_argument('--synthetic-checkpoint', nargs='+', default=(), metavar='FAMILY=PATH',
@@ -60,9 +63,9 @@ def parse_args(argv=None):
 
 
 def schedule_options(iters):
-    """``--cfg-options`` that set a config's iterations and stretch its cosine schedule to them."""
+    """``--cfg-options`` that set a config's iterations (the tools rescale its schedule with them), validate and
+    save once, at the end."""
     return [f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-            f'param_scheduler.1.T_max={iters}', f'param_scheduler.1.end={iters}',
             f'default_hooks.checkpoint.interval={iters}']
 
 
@@ -123,8 +126,8 @@ HEADER = ['model', 'setting', 'frames', 'Car BEV@.7', 'Car 3D@.7', 'Car BEV@.5',
 
 
 def print_table(rows):
-    widths = [max(len(h), 12) for h in HEADER]
-    widths[0], widths[1] = 11, 26
+    widths = [max(len(h) + 2, 12) for h in HEADER]
+    widths[0], widths[1] = 11, 34
     print(''.join(f'{h:>{w}}' if i > 1 else f'{h:<{w}}' for i, (h, w) in enumerate(zip(HEADER, widths))))
     for row in rows:
         cells = [row['model'], row['setting'], str(row['frames'])] + [f'{v:.1f}' if i < 8 else f'{v:.2f}'
@@ -155,10 +158,14 @@ def run_family(key, args, out, given):
     spec = FAMILIES[key]
     synthetic_cfg = load_config(str(REPO / spec['synthetic']))
     iters = args.synthetic_iters or synthetic_cfg.train_cfg.max_iters
+    options = schedule_options(iters)
+    if args.synthetic_frames:
+        options.append(f'train_dataloader.dataset.num_frames={args.synthetic_frames}')
+    frames = args.synthetic_frames or synthetic_cfg.train_dataloader.dataset.num_frames
     if key in given:
         cpu_a, ckpt = float('nan'), given[key]
     else:
-        cpu_a, ckpt = train(spec['synthetic'], out / f'{key}_synthetic', schedule_options(iters))
+        cpu_a, ckpt = train(spec['synthetic'], out / f'{key}_synthetic', options)
     real_all = evaluate(spec['kitti'], ckpt, REAL_ALL)
     gt_database(spec['kitti'], out)
     options = [f'load_from={ckpt}']
@@ -166,7 +173,8 @@ def run_family(key, args, out, given):
         options += schedule_options(args.finetune_iters)
     cpu_b, tuned = train(spec['kitti'], out / f'{key}_kitti_tiny', options)
     real_val = evaluate(spec['kitti'], tuned, REAL_VAL)
-    return [dict(model=spec['name'], setting=f'(a) simulated only, {iters} it', frames=30, cells=row_cells(real_all),
+    return [dict(model=spec['name'], setting=f'(a) simulated only, {iters} it x {frames} fr', frames=30,
+                 cells=row_cells(real_all),
                  cpu_min=cpu_a, metrics=real_all),
             dict(model=spec['name'], setting='(b) + fine-tune on 25 real', frames=5, cells=row_cells(real_val),
                  cpu_min=cpu_b, metrics=real_val)]

@@ -11,7 +11,7 @@ point_range = [0, -40, -3, 70.4, 40, 1]  # = the dataset's point_cloud_range
 
 train_dataloader = dict(
     batch_size=2, sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(num_frames=400, cache=True))
+    dataset=dict(num_frames=600, cache=True))
 val_dataloader = dict(dataset=dict(num_frames=50, cache=True))
 test_dataloader = val_dataloader
 val_evaluator = dict(type='DetMetric', kitti_scoring=True,
