@@ -6,8 +6,11 @@
 Detectors run on the real frames present (KITTI 000008, the nuScenes keyframe, spconv's 198k-point Waymo-range
 frame); VoxelNet and KPConv on the config's synthetic test/val data.  Prints, per input, the max abs/rel
 difference of every graph output (ONNX Runtime vs the same graph in PyTorch) and whether the final predictions
-match the eager PyTorch model (detections after NMS, labels).  Exit status: 0 all verified, 1 a difference beyond
-tolerance or a mismatch (inputs that exceed a bound are reported, not failed), 2 a set-up error or an unusable
+match the eager PyTorch model (detections after NMS, labels).  A difference that a discrete decision flipped on a
+near-tie explains (a score on score_thr, a foreground point at its threshold or budget cut-off, an NMS IoU at its
+threshold: fsdlite.deploy.decisions) passes and is printed with its margin.  Exit status: 0 all verified, 1 an
+unexplained difference beyond tolerance or mismatch (inputs that exceed a bound are reported, not failed), 2 a
+set-up error or an unusable
 deploy folder (a missing or corrupt model.onnx, a config.py that does not parse: one ``error:`` line), 3 an
 unexpected failure while verifying (with its traceback) -- never the status of a numeric mismatch.
 """

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..registry import DEPLOY_ADAPTERS
+from .decisions import DecisionChecks
 
 
 def adapter_class(model_type):
@@ -170,6 +171,28 @@ class DeployAdapter:
     def compare_results(self, deployed, reference):
         """:class:`~fsdlite.deploy.compare.Match` of two lists of final predictions."""
         raise NotImplementedError
+
+    # ----------------------------------------------------------------------------- verification
+    #: graph outputs that hold detections before the post-ops (:meth:`graph_detections`); a failing one is
+    #: explained by the detection decisions of :meth:`decision_checks`
+    detection_outputs = ()
+    #: box and score tolerance of a detection match when explaining differences (:mod:`fsdlite.deploy.decisions`)
+    detection_atol = 1e-4
+
+    def decision_checks(self):
+        """The model's discrete decisions (:class:`~fsdlite.deploy.decisions.DecisionChecks`) that explain a
+        difference when a quantity sat on its threshold (:mod:`fsdlite.deploy.decisions`).  Default: none."""
+        return DecisionChecks()
+
+    def graph_detections(self, outputs, side):
+        """list of :class:`~fsdlite.deploy.decisions.Detection` held by the graph outputs (before the post-ops);
+        only called for adapters with :attr:`detection_outputs`."""
+        raise NotImplementedError
+
+    def result_detections(self, results, side):
+        """list of :class:`~fsdlite.deploy.decisions.Detection` of final predictions, or None when the family's
+        results are not boxes (differences of its results are then never explained)."""
+        return None
 
     def tier_overflow(self, outputs):
         """dict bound name -> items the graph dropped in a bound the tiers scale (``tier_graph_bound_names``), the

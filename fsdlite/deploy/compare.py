@@ -9,7 +9,8 @@ class OutputDiff(NamedTuple):
 
     ``name``; ``compared`` number of elements compared; ``max_abs`` / ``max_rel`` (relative to
     ``max(|reference|, 1e-6)``); ``tolerance`` the abs tolerance this output is held to (None: reported only);
-    ``note`` how rows were aligned.
+    ``note`` how rows were aligned; ``explained`` why a difference beyond the tolerance is not an export error
+    (decisions that flipped on near-ties, :mod:`fsdlite.deploy.decisions`; '' when not explained).
     """
     name: str
     compared: int
@@ -17,11 +18,12 @@ class OutputDiff(NamedTuple):
     max_rel: float
     tolerance: object = None
     note: str = ''
+    explained: str = ''
 
     @property
     def ok(self):
-        """True when no tolerance is set or ``max_abs <= tolerance``."""
-        return self.tolerance is None or self.max_abs <= self.tolerance
+        """True when no tolerance is set, ``max_abs <= tolerance``, or the difference is explained."""
+        return self.tolerance is None or self.max_abs <= self.tolerance or bool(self.explained)
 
 
 def tensor_diff(name, value, reference, tolerance=None, note=''):

@@ -17,6 +17,8 @@ from fsdlite.structures.bounds import merge_max
 from ..registry import DEPLOY_ADAPTERS
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult
 from .compare import match_detections, matched_rows_diff, tensor_diff
+from .decisions import (DecisionChecks, NmsOverlap, RankCutoff, ScoreThreshold, SelectionDecision, detections_of,
+                        detections_of_samples)
 from .exporter import plain_config
 from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
 
@@ -45,6 +47,9 @@ OUTPUTS = {
     'num_fg_points': '() int64 selected foreground points',
 }
 TOLERANCE = 1e-4  # abs, on logits and regressions (float32 graph vs float32 PyTorch)
+#: what a flipped foreground selection changes: everything after the sampler
+FOREGROUND_DOWNSTREAM = ('boxes+scores', 'num_boxes', 'dropped', 'cls_logits', 'box_codes', 'instance_xyz',
+                         'instance_labels', 'num_instances', 'num_fg_points', 'detections')
 
 
 class PreprocessedClouds(NamedTuple):
@@ -270,7 +275,8 @@ class DetectorAdapter(DeployAdapter):
                 if int(deployed['num_boxes']) == n_box:
                     rows.append(matched_rows_diff('boxes+scores', cols(deployed), cols(reference), keys, TOLERANCE))
                 else:
-                    rows.append(tensor_diff('num_boxes', deployed['num_boxes'], reference['num_boxes'], 0))
+                    rows.append(tensor_diff('boxes+scores', deployed['num_boxes'], reference['num_boxes'], 0,
+                                            'box counts differ'))
             elif name in ('scores', 'labels', 'box_batch'):
                 continue  # compared with the boxes (rows may swap on near-equal scores)
             elif name == 'seg_logits':
@@ -282,6 +288,33 @@ class DetectorAdapter(DeployAdapter):
             else:
                 rows.append(tensor_diff(name, a, b, 0))
         return rows
+
+    detection_outputs = ('boxes+scores', 'num_boxes')
+
+    def decision_checks(self):
+        """Foreground selection (the sampler's per-class score thresholds and budgets on ``sigmoid(seg_logits)``);
+        box decisions: ``score_thr`` and the ``max_boxes`` budget in the graph, NMS IoU / order and the
+        ``pre_max`` / ``post_max`` budgets after it."""
+        sampler, head = self.model.fg_sampler, self.model.bbox_head.test_cfg
+        budgets = [min(b, int(m)) for b, m in zip(sampler.max_per_class, self.model.bounds['max_fg_points'])]
+        foreground = SelectionDecision(
+            'foreground', lambda outputs, pre: outputs['seg_logits'][:pre.context['num_points']].double().sigmoid(),
+            lambda pre: pre.inputs['batch'][:pre.context['num_points']], sampler.score_thresholds, budgets,
+            FOREGROUND_DOWNSTREAM)
+        boxes = [ScoreThreshold(head['score_thr']), RankCutoff(self.model.bounds['max_boxes'], 'max_boxes'),
+                 NmsOverlap(head['nms_iou_thr'])]
+        boxes += [RankCutoff(head[k], k) for k in ('pre_max', 'post_max') if head.get(k)]
+        return DecisionChecks((foreground,), tuple(boxes))
+
+    def graph_detections(self, outputs, side):
+        """The ``num_boxes`` boxes of the graph (before NMS)."""
+        n = int(outputs['num_boxes'])
+        return detections_of(outputs['boxes'][:n], outputs['scores'][:n], outputs['labels'][:n],
+                             outputs['box_batch'][:n], side)
+
+    def result_detections(self, results, side):
+        """The boxes of the data samples (after NMS)."""
+        return detections_of_samples(results, side)
 
     def compare_results(self, deployed, reference):
         """:func:`~fsdlite.deploy.compare.match_detections` within :data:`TOLERANCE`."""

@@ -15,6 +15,7 @@ import torch
 from ..structures.bounds import scale_bounds
 from .adapter import adapter_class
 from .bounds_io import load_bounds_file
+from .decisions import explain_graph
 from .graph_checks import check_graph
 from .onnx_io import DEFAULT_OPSET, OrtGraph, export_graph
 from .tiers import check_tier_scales
@@ -138,8 +139,21 @@ def export_graph_checked(adapter, example, path, opset=DEFAULT_OPSET, verbose=Fa
     diffs, deployed = [], None
     if summary.ok:
         deployed = OrtGraph(path)(example.inputs)
-        diffs = adapter.compare_outputs(deployed, adapter.run_torch_graph(example.inputs), example)
+        reference = adapter.run_torch_graph(example.inputs)
+        diffs = explain_diffs(adapter, adapter.compare_outputs(deployed, reference, example), deployed, reference,
+                              example)
     return seconds, summary, diffs, deployed
+
+
+def explain_diffs(adapter, diffs, deployed, reference, example):
+    """``diffs`` with the ones beyond tolerance that decisions flipped on near-ties explain marked ``explained``
+    (:func:`~fsdlite.deploy.decisions.explain_graph`)."""
+    failing = [d.name for d in diffs if not d.ok]
+    if not failing:
+        return diffs
+    explanation, explained = explain_graph(adapter, deployed, reference, example, failing)
+    reason = '; '.join(line.strip() for line in explanation.lines(limit=1) if not line.startswith('UNEXPLAINED'))
+    return [d._replace(explained=reason) if d.name in explained else d for d in diffs]
 
 
 def export_tier(cfg, adapter, scale, example, out_dir, opset=DEFAULT_OPSET, verbose=False):
@@ -255,6 +269,8 @@ def report_text(info, summary, diffs, tier_exports=()):
         lines += ['', f'## ONNX Runtime vs PyTorch on the example ({info["export"]["example"]})', '',
                   '| output | compared | max abs | max rel | tolerance |', '|---|---|---|---|---|']
         lines += [f'| {d.name} | {d.compared} | {d.max_abs:.2e} | {d.max_rel:.2e} | {d.tolerance} |' for d in diffs]
+        lines += [f'- `{d.name}` beyond its tolerance, explained by decisions that flipped on near-ties: {d.explained}'
+                  for d in diffs if d.explained]
     if tier_exports:
         lines += ['', '## Capacity tiers (the runtime picks the smallest whose pre-op bounds hold)', '',
                   '| scale | graph | nodes | deployable | example fits | worst output vs PyTorch (max abs) | ok |',
@@ -269,4 +285,5 @@ def report_text(info, summary, diffs, tier_exports=()):
 
 
 __all__ = ['FORMAT', 'ExportResult', 'TierExport', 'as_config', 'build_model', 'plain_config', 'adapter_with_bounds',
-           'resolve_bounds', 'prepare', 'export_graph_checked', 'export_tier', 'export_model', 'deploy_info', 'report_text']
+           'resolve_bounds', 'prepare', 'export_graph_checked', 'explain_diffs', 'export_tier', 'export_model',
+           'deploy_info', 'report_text']

@@ -17,6 +17,14 @@ near-tie (a threshold, top-k or cluster link) that ONNX Runtime and float64 deci
 printed.  Otherwise, when float64 lands more than :data:`FLOAT64_SAME_BRANCH` from PyTorch float32, the float64
 run took other discrete decisions than both and cannot judge: the output fails.
 
+A graph output still beyond its tolerance, or final predictions that differ, are then explained by the discrete
+decisions that flipped (:mod:`fsdlite.deploy.decisions`, declared by the adapter's ``decision_checks``): a
+selection recomputed from the outputs on both sides (detectors: foreground points) whose flipped items all sat
+within a tolerance of their threshold or budget cut-off covers the outputs downstream of it; boxes present on one
+side only are explained by a score at ``score_thr``, an IoU at the NMS threshold, a near-equal score of an
+overlapping box or a score at a budget's cut-off.  Explained differences pass and are printed with their margins;
+anything unexplained fails.
+
 A folder with capacity tiers (:mod:`fsdlite.deploy.tiers`) is checked on the tier each input runs on, against the
 PyTorch graph with that tier's bounds.
 
@@ -29,6 +37,7 @@ import copy
 from pathlib import Path
 from typing import NamedTuple
 
+from .decisions import Explanation, explain_detections, explain_graph
 from .exporter import adapter_with_bounds, prepare
 from .runtime import DeployedModel, read_deploy_config
 
@@ -45,7 +54,9 @@ class FrameCheck(NamedTuple):
     ``error`` str ('' when the frame ran): the bound that raised; ``fp64`` dict output name ->
     ``(ort_vs_float64, torch_float32_vs_float64)`` max abs distances, for outputs beyond their tolerance;
     ``tier`` the capacity tier that ran (1.0: ``model.onnx``); ``attempts`` the tiers whose graph ran (more than
-    one when a tier's graph overflowed an in-graph bound the tiers scale, :func:`~fsdlite.deploy.tiers.run_on_tiers`).
+    one when a tier's graph overflowed an in-graph bound the tiers scale, :func:`~fsdlite.deploy.tiers.run_on_tiers`);
+    ``explanation`` :class:`~fsdlite.deploy.decisions.Explanation` of the differences (None: nothing to explain);
+    ``explained`` the output names (and ``'detections'``: the final predictions) whose differences it explains.
     """
     name: str
     source: str
@@ -57,9 +68,16 @@ class FrameCheck(NamedTuple):
     fp64: dict = {}
     tier: float = 1.0
     attempts: tuple = ()
+    explanation: object = None
+    explained: frozenset = frozenset()
 
     def output_ok(self, diff):
-        """Within tolerance, or no farther from float64 than PyTorch float32 is (see the module docstring)."""
+        """Within tolerance, no farther from float64 than PyTorch float32 is, or explained by decisions that flipped
+        on near-ties (see the module docstring)."""
+        return self.numeric_ok(diff) or diff.name in self.explained
+
+    def numeric_ok(self, diff):
+        """Within tolerance, or no farther from float64 than PyTorch float32 is."""
         if diff.ok:
             return True
         if diff.name not in self.fp64:
@@ -79,7 +97,12 @@ class FrameCheck(NamedTuple):
         """Graph outputs within tolerance and, when no bound was exceeded, the same final predictions."""
         if self.error:
             return True  # a bound raised: reported, nothing to compare
-        return all(self.output_ok(d) for d in self.diffs) and (self.exceeded or bool(self.match and self.match.same))
+        return all(self.output_ok(d) for d in self.diffs) and (self.exceeded or self.results_ok)
+
+    @property
+    def results_ok(self):
+        """The final predictions match, or their differences are explained."""
+        return bool(self.match and self.match.same) or 'detections' in self.explained
 
 
 def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=None):
@@ -122,9 +145,43 @@ def check_frame(deployed, references, frame):
                           tier=out.tier, attempts=out.attempts)
     diffs = adapter.compare_outputs(out.outputs, torch_outputs, out.pre)
     fp64 = float64_distances(adapter, out, torch_outputs, [d.name for d in diffs if not d.ok])
-    match = adapter.compare_results(out.results, adapter.reference(frame.data))
-    return FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64, tier=out.tier,
-                      attempts=out.attempts)
+    reference_results = adapter.reference(frame.data)
+    match = adapter.compare_results(out.results, reference_results)
+    check = FrameCheck(frame.name, frame.source, diffs, match, out.dropped, out.seconds, fp64=fp64, tier=out.tier,
+                       attempts=out.attempts)
+    failing = [d.name for d in diffs if not check.numeric_ok(d)]
+    results_differ = not match.same and not check.exceeded
+    if not failing and not results_differ:
+        return check
+    explanation, explained = explain_frame(adapter, out, torch_outputs, failing, results_differ, reference_results)
+    return check._replace(explanation=explanation, explained=explained)
+
+
+def explain_frame(adapter, out, torch_outputs, failing, results_differ, reference_results):
+    """Explain failing graph outputs and differing final predictions by the adapter's decisions that flipped.
+
+    Args:
+        adapter (DeployAdapter): with the PyTorch weights.
+        out (DeployOutput): the deployed run.
+        torch_outputs (dict): the graph in PyTorch on the same inputs.
+        failing (list[str]): outputs beyond tolerance (after the float64 check).
+        results_differ (bool): the final predictions differ from the eager model's ``reference_results``.
+    Returns:
+        ``(Explanation, frozenset of explained names)`` (outputs, and ``'detections'`` for the final predictions).
+    """
+    extra = ['detections'] if results_differ else []
+    explanation, explained = explain_graph(adapter, out.outputs, torch_outputs, out.pre, failing, extra)
+    if results_differ and 'detections' not in explained:
+        deployed = adapter.result_detections(out.results, 'deployed')
+        if deployed is None:
+            found = Explanation([], ['final predictions differ (the model declares no decisions to explain them)'])
+        else:
+            found = explain_detections(adapter.decision_checks().detections, deployed,
+                                       adapter.result_detections(reference_results, 'PyTorch'),
+                                       adapter.detection_atol, 'final detections')
+        explanation = explanation.merged(found)
+        explained |= {'detections'} if found.ok else set()
+    return explanation, frozenset(explained)
 
 
 def float64_distances(adapter, out, torch_outputs, names):
@@ -191,8 +248,10 @@ def format_checks(checks):
         for d in c.diffs:
             tol = '-' if d.tolerance is None else f'{d.tolerance:g}'
             ort64, torch64 = c.fp64.get(d.name, (0, 0))
-            verdict = 'yes' if d.ok else ('yes (float32 noise)' if c.output_ok(d) else 'NO')
-            if not d.ok and c.output_ok(d) and torch64 > FLOAT64_SAME_BRANCH:
+            verdict = 'yes' if d.ok else ('yes (float32 noise)' if c.numeric_ok(d) else 'NO')
+            if not c.numeric_ok(d) and d.name in c.explained:
+                verdict = 'yes (a decision flipped on a near-tie, below)'
+            elif not d.ok and c.numeric_ok(d) and torch64 > FLOAT64_SAME_BRANCH:
                 verdict = 'yes (PyTorch float32 flipped a near-tie; ONNX Runtime = float64)'
             elif not d.ok and torch64 > FLOAT64_SAME_BRANCH:
                 verdict = 'NO (float64 took other discrete decisions: undetermined)'
@@ -201,7 +260,13 @@ def format_checks(checks):
             lines.append(f'   {name}: float64 PyTorch graph vs ONNX Runtime {ort64:.2e}, '
                          f'vs PyTorch float32 {torch64:.2e}')
         verdict = 'yes' if c.match.same else ('no (expected: bounds exceeded)' if c.exceeded else 'NO')
+        if not c.match.same and not c.exceeded and c.results_ok:
+            verdict = 'no, explained by decisions that flipped on near-ties (below)'
         lines.append(f'   final predictions match the eager PyTorch model: {verdict}; {c.match.detail}')
+        if c.explanation is not None:
+            state = 'all explained' if c.explanation.ok else 'NOT all explained'
+            lines.append(f'   differences ({state}) by the decisions that flipped:')
+            lines += [f'     {line}' for line in c.explanation.lines()]
     matched = sum(c.ok and not c.exceeded for c in checks)
     over = sum(c.exceeded for c in checks)
     failed = sum(not c.ok for c in checks)
@@ -209,4 +274,5 @@ def format_checks(checks):
     return '\n'.join(lines)
 
 
-__all__ = ['FLOAT64_SAME_BRANCH', 'FrameCheck', 'reference_adapter', 'check_frame', 'verify_deploy', 'format_checks']
+__all__ = ['FLOAT64_SAME_BRANCH', 'FrameCheck', 'reference_adapter', 'check_frame', 'explain_frame', 'verify_deploy',
+           'format_checks']
