@@ -1,10 +1,12 @@
-"""Shared test setup: one torch thread, hypothesis profiles, the shared data folder, and CUDA test skipping."""
+"""Shared test setup: one torch thread, hypothesis profiles, the shared data folder, mmengine warnings, CUDA skips."""
+import logging
 import os
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import settings
+from mmengine.logging import MMLogger
 
 torch.set_num_threads(1)  # tiny ops are pathological with 2 threads; spconv strided convs too
 
@@ -65,6 +67,25 @@ GPU_DEVICE_ENV = 'FSDLITE_TEST_GPU_DEVICE'
 def gpu():
     """The device the ``cuda`` tests run on: ``cuda``, or ``$FSDLITE_TEST_GPU_DEVICE`` (a dry run on the CPU)."""
     return torch.device(os.environ.get(GPU_DEVICE_ENV, 'cuda'))
+
+
+class _Sink(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.WARNING)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def mm_warnings():
+    """The list of WARNING (and worse) messages mmengine's current logger emits during the test."""
+    logger = MMLogger.get_current_instance()
+    sink = _Sink()
+    logger.addHandler(sink)
+    yield sink.messages
+    logger.removeHandler(sink)
 
 
 def pytest_collection_modifyitems(config, items):

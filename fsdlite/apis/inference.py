@@ -107,6 +107,22 @@ def frame_points(model, pcd, lidar2img=None, image_size=KITTI_IMAGE_SIZE):
     return points, dict(lidar_path=path, num_points_invalid=invalid, num_points_out_of_view=out_of_view)
 
 
+def inference_pipeline(model):
+    """The transforms of the config's test pipeline (less ``ObjectMinPointsFilter``: there is no ground truth), built
+    on the first call and kept on the model, so that what its filters drop is warned about once and totalled over
+    every frame (``transform.dropped_totals``).
+
+    Returns:
+        list: the built transforms, in order.
+    """
+    pipeline = getattr(model, '_inference_pipeline', None)
+    if pipeline is None:
+        cfg = [t for t in _test_dataset_cfg(model.cfg).get('pipeline', []) if t.get('type') != 'ObjectMinPointsFilter']
+        pipeline = build_pipeline(cfg)
+        object.__setattr__(model, '_inference_pipeline', pipeline)  # a plain attribute, not a submodule
+    return pipeline
+
+
 def inference_detector(model, pcd, lidar2img=None, image_size=KITTI_IMAGE_SIZE):
     """Detect objects in one point cloud (or a list of them).
 
@@ -134,12 +150,11 @@ def inference_detector(model, pcd, lidar2img=None, image_size=KITTI_IMAGE_SIZE):
                    gt_labels_3d=torch.zeros(0, dtype=torch.long), **info)
     if lidar2img is not None:
         results['lidar2img'] = np.asarray(lidar2img, dtype=np.float64)
-    pipeline = [t for t in _test_dataset_cfg(model.cfg).get('pipeline', []) if t.get('type') != 'ObjectMinPointsFilter']
     item = results
-    for transform in build_pipeline(pipeline):
+    for transform in inference_pipeline(model):
         item = transform(item)
     with torch.no_grad():
         return model.test_step(pseudo_collate([item]))[0]
 
 
-__all__ = ['init_model', 'inference_detector', 'frame_points']
+__all__ = ['init_model', 'inference_detector', 'frame_points', 'inference_pipeline']

@@ -1,9 +1,7 @@
 """Fixtures shared by the lidar dataset / transform tests."""
 import copy
-import logging
 
 import pytest
-from mmengine.logging import MMLogger
 
 from fsdlite.registry import DATASETS
 
@@ -39,22 +37,3 @@ def raw_frame(synthetic_dataset):
 def kitti_folder(shared_data):
     """shared/data/kitti_object_000008 (open-mmlab/mmdetection3d@fe25f7a:demo/data/kitti/000008.*)."""
     return shared_data / 'kitti_object_000008'
-
-
-class _Sink(logging.Handler):
-    def __init__(self):
-        super().__init__(level=logging.WARNING)
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def mm_warnings():
-    """The list of WARNING (and worse) messages mmengine's current logger emits during the test."""
-    logger = MMLogger.get_current_instance()
-    sink = _Sink()
-    logger.addHandler(sink)
-    yield sink.messages
-    logger.removeHandler(sink)

@@ -11,6 +11,7 @@ import torch
 from mmengine.config import Config
 
 from fsdlite.apis import frame_points, inference_detector, init_model
+from fsdlite.apis.inference import inference_pipeline
 from fsdlite.datasets.kitti_format import lidar2cam_from_calib, read_calib, read_label
 from fsdlite.engine.checkpoint import CheckpointMismatchError
 from fsdlite.registry import MODELS
@@ -113,3 +114,15 @@ def test_api_errors(checkpoint, tmp_path):
         inference_detector(model, np.zeros((10, 4), np.int64))
     with pytest.raises(TypeError, match='init_model'):
         inference_detector(torch.nn.Linear(1, 1), np.zeros((10, 4), np.float32))
+
+
+def test_dropped_points_are_warned_once_and_totalled_over_frames(checkpoint, frame, mm_warnings):
+    model = init_model(CONFIG, str(checkpoint))
+    points, _ = frame_points(model, str(frame / 'velodyne' / '000025.bin'))
+    far = points[:3].clone()
+    far[:, 0] = 500.0  # outside point_cloud_range
+    inference_detector(model, [torch.cat([points, far]), torch.cat([points, far[:2]])])
+    warned = [m for m in mm_warnings if m.startswith('PointsRangeFilter')]
+    assert len(warned) == 1
+    range_filter = next(t for t in inference_pipeline(model) if type(t).__name__ == 'PointsRangeFilter')
+    assert range_filter.dropped_totals['num_points_filtered'] >= 5
