@@ -9,8 +9,8 @@ from torch import Tensor
 
 from .. import _checks
 from .._checks import OpValueError
-from ._core import check_index, check_sorted, check_src, check_values_now, eager_types
-from ._segment import expand_indptr, positions_to_segments
+from ._core import check_sorted, check_src, check_values_now, eager_types
+from ._segment import expand_ids, positions_to_segments
 
 
 def _gathered(op: str, src: Tensor, ids: Tensor, dim: int, out: Optional[Tensor]) -> Tensor:
@@ -45,16 +45,10 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
     if not torch.jit.is_scripting():
         eager_types(op, src, index, 'index', 0, out, None, 'sum')
     check_src(op, src, 'sum', False)
-    check_index(op, 'index', index, src, 1)
-    dim = index.dim() - 1
-    for k in range(dim):
-        if index.size(k) != src.size(k) and index.size(k) != 1:
-            raise OpValueError(f'{op}: index of shape {list(index.shape)} does not match the leading dimensions of '
-                               f'src {list(src.shape)}')
+    ids, dim = expand_ids(op, 'index', index, src)
     if check_values_now():  # any order works (sorted or not)
         _checks.index_range(op, 'index', index, 0, src.size(dim))
-    lead: List[int] = list(src.shape[:dim])
-    return _gathered(op, src, index.expand(lead + [index.size(dim)]), dim, out)
+    return _gathered(op, src, ids, dim, out)
 
 
 def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
@@ -74,7 +68,7 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
     if not torch.jit.is_scripting():
         eager_types(op, src, indptr, 'indptr', 0, out, None, 'sum')
     check_src(op, src, 'sum', False)
-    ptr, dim = expand_indptr(op, src, indptr)
+    ptr, dim = expand_ids(op, 'indptr', indptr, src)
     num_segments = max(indptr.size(dim) - 1, 0)
     if src.size(dim) != num_segments:
         raise OpValueError(f'{op}: src.shape[{dim}] must be indptr.shape[-1] - 1 = {num_segments} (one row per '

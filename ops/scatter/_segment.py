@@ -75,17 +75,18 @@ def segment_min_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None,
 
 
 # --------------------------------------------------------------------------------------------- CSR
-def expand_indptr(op: str, src: Tensor, indptr: Tensor) -> Tuple[Tensor, int]:
-    """Checks ``indptr`` against src (dtype, device, dimensions; leading dimensions equal or 1) and returns it as
-    int64 expanded to src's leading dimensions, with the segment dimension ``indptr.dim() - 1``."""
-    check_index(op, 'indptr', indptr, src, 1)
-    dim = indptr.dim() - 1
+def expand_ids(op: str, name: str, ids: Tensor, src: Tensor) -> Tuple[Tensor, int]:
+    """Checks segment ids or offsets ``ids`` (``index`` / ``indptr``) against src (dtype, device, dimensions;
+    leading dimensions equal or 1) and returns them as int64 expanded to src's leading dimensions, with the
+    segment dimension ``ids.dim() - 1``."""
+    check_index(op, name, ids, src, 1)
+    dim = ids.dim() - 1
     for k in range(dim):
-        if indptr.size(k) != src.size(k) and indptr.size(k) != 1:
-            raise OpValueError(f'{op}: indptr of shape {list(indptr.shape)} does not match the leading dimensions '
+        if ids.size(k) != src.size(k) and ids.size(k) != 1:
+            raise OpValueError(f'{op}: {name} of shape {list(ids.shape)} does not match the leading dimensions '
                                f'of src {list(src.shape)}')
     lead: List[int] = list(src.shape[:dim])
-    return indptr.expand(lead + [indptr.size(dim)]).to(torch.int64), dim
+    return ids.expand(lead + [ids.size(dim)]).to(torch.int64), dim
 
 
 def positions_to_segments(indptr: Tensor, length: int, num_segments: int) -> Tensor:
@@ -111,7 +112,7 @@ def _csr(op: str, src: Tensor, indptr: Tensor, out: Optional[Tensor],
     if not torch.jit.is_scripting():
         eager_types(op, src, indptr, 'indptr', 0, out, None, reduce)
     check_src(op, src, reduce, False)
-    ptr, dim = expand_indptr(op, src, indptr)
+    ptr, dim = expand_ids(op, 'indptr', indptr, src)
     num_rows, num_segments = src.size(dim), max(indptr.size(dim) - 1, 0)
     if check_values_now():
         check_sorted(op, 'indptr', ptr)
