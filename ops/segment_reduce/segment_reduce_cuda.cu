@@ -15,6 +15,7 @@
 #include <cfloat>
 #include <climits>
 #include <limits>
+#include <type_traits>
 
 #include "fsdlite_ops/common.h"
 #include "segment_reduce.h"
@@ -37,26 +38,29 @@ __device__ inline void atomic_add(int64_t* p, int64_t v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
+// *p = update(*p) atomically, by compare-and-swap on the value's bits; stops as soon as update keeps the bits.
+template <typename T, typename Update>
+__device__ inline void atomic_update(T* p, Update update) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomic_update: 4- or 8-byte values only");
+  using Bits = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+  Bits* addr = reinterpret_cast<Bits*>(p);
+  Bits old = *addr, assumed;
+  do {
+    assumed = old;
+    T cur;
+    memcpy(&cur, &assumed, sizeof(T));
+    const T next = update(cur);
+    Bits next_bits;
+    memcpy(&next_bits, &next, sizeof(T));
+    if (next_bits == assumed) break;
+    old = atomicCAS(addr, assumed, next_bits);
+  } while (assumed != old);
+}
+
 template <typename T, bool IsMax>
 __device__ inline void atomic_extreme(T* p, T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    int* addr = reinterpret_cast<int*>(p);
-    int old = *addr, assumed;
-    do {
-      assumed = old;
-      const float cur = __int_as_float(assumed);
-      if (IsMax ? !(v > cur) : !(v < cur)) break;
-      old = atomicCAS(addr, assumed, __float_as_int(v));
-    } while (assumed != old);
-  } else if constexpr (std::is_same_v<T, double>) {
-    unsigned long long* addr = reinterpret_cast<unsigned long long*>(p);
-    unsigned long long old = *addr, assumed;
-    do {
-      assumed = old;
-      const double cur = __longlong_as_double(static_cast<long long>(assumed));
-      if (IsMax ? !(v > cur) : !(v < cur)) break;
-      old = atomicCAS(addr, assumed, static_cast<unsigned long long>(__double_as_longlong(v)));
-    } while (assumed != old);
+  if constexpr (std::is_floating_point_v<T>) {
+    atomic_update(p, [v](T cur) { return (IsMax ? v > cur : v < cur) ? v : cur; });
   } else if constexpr (std::is_same_v<T, int>) {
     IsMax ? atomicMax(p, v) : atomicMin(p, v);
   } else if constexpr (std::is_same_v<T, int64_t>) {
@@ -65,38 +69,14 @@ __device__ inline void atomic_extreme(T* p, T v) {
   }
 }
 
-// *p *= v by compare-and-swap on the value's bits (integers multiply in unsigned arithmetic: overflow wraps).
+// *p *= v (integers multiply in unsigned arithmetic: overflow wraps).
 template <typename T>
 __device__ inline void atomic_mul(T* p, T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    int* addr = reinterpret_cast<int*>(p);
-    int old = *addr, assumed;
-    do {
-      assumed = old;
-      old = atomicCAS(addr, assumed, __float_as_int(__int_as_float(assumed) * v));
-    } while (assumed != old);
-  } else if constexpr (std::is_same_v<T, double>) {
-    unsigned long long* addr = reinterpret_cast<unsigned long long*>(p);
-    unsigned long long old = *addr, assumed;
-    do {
-      assumed = old;
-      const double next = __longlong_as_double(static_cast<long long>(assumed)) * v;
-      old = atomicCAS(addr, assumed, static_cast<unsigned long long>(__double_as_longlong(next)));
-    } while (assumed != old);
-  } else if constexpr (std::is_same_v<T, int>) {
-    unsigned int* addr = reinterpret_cast<unsigned int*>(p);
-    unsigned int old = *addr, assumed;
-    do {
-      assumed = old;
-      old = atomicCAS(addr, assumed, assumed * static_cast<unsigned int>(v));
-    } while (assumed != old);
-  } else if constexpr (std::is_same_v<T, int64_t>) {
-    unsigned long long* addr = reinterpret_cast<unsigned long long*>(p);
-    unsigned long long old = *addr, assumed;
-    do {
-      assumed = old;
-      old = atomicCAS(addr, assumed, assumed * static_cast<unsigned long long>(v));
-    } while (assumed != old);
+  if constexpr (std::is_floating_point_v<T>) {
+    atomic_update(p, [v](T cur) { return cur * v; });
+  } else {
+    using U = std::make_unsigned_t<T>;
+    atomic_update(p, [v](T cur) { return static_cast<T>(static_cast<U>(cur) * static_cast<U>(v)); });
   }
 }
 
