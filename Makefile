@@ -23,21 +23,21 @@ $(STAMP): pyproject.toml setup.py
 	@touch $@
 
 ops: setup
-	$(PY) -m fsdlite.ops.build
+	$(PY) -m fsdlite.ops
 
 nvcc-check: setup
-	$(PY) -m fsdlite.ops.build --nvcc-check
+	$(PY) -m fsdlite.ops --nvcc-check
 
 # a known invalid call of every op family must raise a Python exception (in a subprocess), not crash
 smoke: setup
-	$(PY) -m fsdlite.ops.build --smoke
+	$(PY) -m fsdlite.ops --smoke
 
 demo: ops
 	$(PY) tools/demo.py
 
 test: ops
-	$(PY) -m fsdlite.ops.build --nvcc-check
-	$(PY) -m fsdlite.ops.build --smoke
+	$(PY) -m fsdlite.ops --nvcc-check
+	$(PY) -m fsdlite.ops --smoke
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 clean:

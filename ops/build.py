@@ -16,7 +16,7 @@ builds and loads a family the first time one of its ops is looked up (every Pyth
 from the ``m.def("name(...)")`` lines of the C++ sources, so the namespace knows which family defines which op.
 A family's fake kernels and autograd formulas are declared at import (:func:`register_autograd`,
 ``fsdlite.ops._checks.register_fake``) and registered with torch right after its library loads.  CUDA sources
-join the build only when torch has CUDA.  Without a GPU, ``python -m fsdlite.ops.build --nvcc-check``
+join the build only when torch has CUDA.  Without a GPU, ``python -m fsdlite.ops --nvcc-check``
 compile-checks every ``.cu`` with ``nvcc`` (one unity translation unit, so torch's headers are parsed once).
 
 Every fresh build is followed by :mod:`fsdlite.ops.smoke`: one known invalid call of the new library in a
@@ -24,10 +24,10 @@ subprocess must raise a Python exception (on one toolchain every C++ error crash
 
 Command line (the prebuild command)::
 
-    python -m fsdlite.ops.build                 # build every family now (and smoke-test what was compiled)
-    python -m fsdlite.ops.build --smoke         # build if needed, then smoke-test every family
-    python -m fsdlite.ops.build --smoke --diagnose  # ... and report which ways of raising survive here
-    python -m fsdlite.ops.build --nvcc-check    # compile-check CUDA sources with nvcc (sm_80 and sm_90)
+    python -m fsdlite.ops                 # build every family now (and smoke-test what was compiled)
+    python -m fsdlite.ops --smoke         # build if needed, then smoke-test every family
+    python -m fsdlite.ops --smoke --diagnose  # ... and report which ways of raising survive here
+    python -m fsdlite.ops --nvcc-check    # compile-check CUDA sources with nvcc (sm_80 and sm_90)
 """
 import argparse
 import hashlib
@@ -390,7 +390,7 @@ def nvcc_check(selected=None, archs=DEFAULT_ARCHS, separate=False, nvcc=None):
 def main(argv=None):
     """Command line (see the module docstring): build the given families (default all) or, with ``--nvcc-check``,
     compile-check their CUDA sources; returns the exit code (0 = success)."""
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(prog='python -m fsdlite.ops', description=__doc__.split('\n\n')[0])
     parser.add_argument('families', nargs='*', help='op families to build (default: all)')
     parser.add_argument('--nvcc-check', action='store_true', help='compile-check the CUDA sources with nvcc')
     parser.add_argument('--separate', action='store_true', help='with --nvcc-check: one nvcc call per file')

@@ -18,6 +18,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import torch
+from mmengine.config import Config
+
+from fsdlite.ops.build import families as op_families
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_CONFIGS = {
     'segmentor': 'configs/segmentation/sparse_segmentor_synthetic.py',
@@ -52,7 +57,6 @@ def run(cmd, log, limit, env=None):
 def train_options(config, iters, device):
     """``--cfg-options`` of a short run of ``config``: ``iters`` iterations, no validation or intermediate
     checkpoint, a log line per iteration, small datasets (on the CPU also batch size 2)."""
-    from mmengine.config import Config
     cfg = Config.fromfile(str(REPO / config))
     opts = [f'train_cfg.max_iters={iters}', 'train_cfg.val_interval=1000000', 'default_hooks.logger.interval=1',
             'default_hooks.checkpoint.interval=1000000']
@@ -105,22 +109,20 @@ def main(argv=None):
     if device != 'cuda':  # the dry run: cuda tests on the CPU through the gpu fixture
         env['FSDLITE_TEST_GPU_DEVICE'] = device
     summary = dict(device=device, steps={}, started=time.strftime('%Y-%m-%d %H:%M:%S'))
-    import torch
     summary['torch'] = torch.__version__
     summary['gpu'] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     total = time.time()
 
     if 'build' in steps:  # one process per family, in parallel (each smoke-tests what it compiles)
-        from fsdlite.ops.build import families as op_families
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-            results = list(pool.map(lambda f: (f, run([sys.executable, '-m', 'fsdlite.ops.build', f],
+            results = list(pool.map(lambda f: (f, run([sys.executable, '-m', 'fsdlite.ops', f],
                                                       out_dir / 'build.log', limits['build'], env)),
                                     op_families()))
         failed = [f for f, (status, _, _) in results if status != 'ok']
         summary['steps']['build'] = dict(status='ok' if not failed else f'failed: {failed}',
                                          seconds=max(r[1] for _, r in results))
     if 'smoke' in steps:
-        status, seconds, out = run([sys.executable, '-m', 'fsdlite.ops.build', '--smoke', '--diagnose'],
+        status, seconds, out = run([sys.executable, '-m', 'fsdlite.ops', '--smoke', '--diagnose'],
                                    out_dir / 'build.log',
                                    limits['smoke'], env)
         summary['steps']['smoke'] = dict(status=status, seconds=seconds,
