@@ -27,12 +27,11 @@ import time
 from pathlib import Path
 
 import torch
-from mmengine.dataset import pseudo_collate
 
-from fsdlite.apis import init_model
+from fsdlite.apis import init_model, predict_item, score_samples
 from fsdlite.datasets.sim.statistics import format_statistics, scan_statistics
 from fsdlite.engine.tool_setup import load_config, number
-from fsdlite.registry import DATASETS, METRICS
+from fsdlite.registry import DATASETS
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = {
@@ -95,12 +94,8 @@ def evaluate(config, checkpoint, ann_file):
     model = init_model(cfg, checkpoint)
     dataset = DATASETS.build(dict(cfg.test_dataloader.dataset, ann_file=ann_file,
                                   data_root=str(REPO / cfg.test_dataloader.dataset.data_root)))
-    metric = METRICS.build(dict(cfg.test_evaluator))
-    metric.dataset_meta = dict(classes=dataset.classes)
-    with torch.no_grad():
-        for i in range(len(dataset)):
-            metric.process(None, [s.to_dict() for s in model.test_step(pseudo_collate([dataset[i]]))])
-    return metric.compute_metrics(metric.results)
+    samples = [predict_item(model, dataset, i)[1] for i in range(len(dataset))]
+    return score_samples(cfg.test_evaluator, samples, dataset.classes)
 
 
 def gt_database(kitti_config, out):

@@ -22,15 +22,15 @@ import time
 
 import torch
 from mmengine.config import Config
-from mmengine.dataset import pseudo_collate
 from mmengine.hooks import Hook
 from mmengine.utils import ProgressBar
 
+from fsdlite.apis import predict_item, score_samples
 from fsdlite.engine.errors import ToolError
 from fsdlite.engine.schedule import rescale_schedule
 from fsdlite.engine.tool_setup import (CfgOptionsAction, build_runner, check_schedule, in_dir, load_config, number,
                                        out_dir, prepare_runner_cfg)
-from fsdlite.registry import DATASETS, METRICS
+from fsdlite.registry import DATASETS
 from fsdlite.visualization.bev import draw_bev
 from fsdlite.visualization.curves import draw_training_curves
 
@@ -86,26 +86,9 @@ class Timer:
         return _Phase()
 
 
-def predict(model, dataset, index):
-    """(points (N, C), data sample with ground truth and ``pred_instances_3d`` / ``pred_pts_seg``) of item
-    ``index``."""
-    item = dataset[index]
-    with torch.no_grad():
-        sample = model.test_step(pseudo_collate([item]))[0]
-    return item['inputs']['points'], sample
-
-
 def task_of(sample):
     """'det' when the model predicts boxes (``pred_instances_3d``), else 'seg' (per-point labels)."""
     return 'det' if 'pred_instances_3d' in sample else 'seg'
-
-
-def frame_metrics(evaluator_cfg, samples, classes):
-    """The config's test metric (DetMetric / SegMetric) computed on ``samples`` (a list of data samples)."""
-    metric = METRICS.build(dict(evaluator_cfg))
-    metric.dataset_meta = dict(classes=tuple(classes))
-    metric.process(None, [s.to_dict() for s in samples])
-    return metric.compute_metrics(metric.results)
 
 
 def bev(out_dir, name, points, sample, classes, point_range, title, min_box_score=0.0):
@@ -243,7 +226,7 @@ def main(argv=None):
     task = 'seg'
     with timer('real KITTI frames and pictures'):
         for i in range(min(2, len(val_set))):
-            points, sample = predict(model, val_set, i)
+            points, sample = predict_item(model, val_set, i)
             task = task_of(sample)
             pngs.append(bev(out_dir, f'bev_synthetic_{i:02d}.png', points, sample, classes, point_range,
                             f'simulated held-out frame {i}', args.min_box_score))
@@ -254,12 +237,12 @@ def main(argv=None):
             samples = []
             bar = ProgressBar(len(kitti))
             for i in range(len(kitti)):
-                samples.append(predict(model, kitti, i)[1])
+                samples.append(predict_item(model, kitti, i)[1])
                 bar.update()
             print(flush=True)
-            rows.append((f'real KITTI ({len(kitti)} frames)', frame_metrics(cfg.test_evaluator, samples, classes)))
+            rows.append((f'real KITTI ({len(kitti)} frames)', score_samples(cfg.test_evaluator, samples, classes)))
             for i in busiest_frames(kitti):
-                points, sample = predict(model, kitti, i)
+                points, sample = predict_item(model, kitti, i)
                 frame_id = kitti.get_data_info(i)['frame_id']
                 pngs.append(bev(out_dir, f'bev_kitti_{frame_id}.png', points, sample, classes, point_range,
                                 f'real KITTI {frame_id}: {type(model).__name__} trained on the simulated world only',

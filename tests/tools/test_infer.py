@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.structures import InstanceData
 
-from fsdlite.apis import frame_points, inference_detector, init_model
+from fsdlite.apis import frame_points, inference_detector, init_model, predict_item, score_samples
 from fsdlite.apis.inference import inference_pipeline
 from fsdlite.datasets.kitti_format import lidar2cam_from_calib, read_calib, read_label
 from fsdlite.engine.checkpoint import CheckpointMismatchError
-from fsdlite.registry import MODELS
+from fsdlite.registry import DATASETS, MODELS
 from fsdlite.structures.boxes import camera_to_lidar_boxes
 from fsdlite.structures.camera import camera_fov_mask, lidar2img_from_calib
 
@@ -126,3 +127,23 @@ def test_dropped_points_are_warned_once_and_totalled_over_frames(checkpoint, fra
     assert len(warned) == 1
     range_filter = next(t for t in inference_pipeline(model) if type(t).__name__ == 'PointsRangeFilter')
     assert range_filter.dropped_totals['num_points_filtered'] >= 5
+
+
+def test_predict_item_and_score_samples_on_a_real_frame(checkpoint, shared_data):
+    model = init_model(CONFIG, str(checkpoint))
+    cfg = Config.fromfile(str(REPO / CONFIG))
+    dataset = DATASETS.build(dict(cfg.test_dataloader.dataset, data_root=str(shared_data / 'kitti_tiny_3d')))
+    points, sample = predict_item(model, dataset, 0)
+    assert points.shape[1] == 4 and 'pred_instances_3d' in sample
+    assert sample.metainfo['lidar_path'].endswith('000025.bin')  # the first val frame
+    # the frame's ground truth given as the predictions scores 100 % with KITTI's rules; shifted 2 m, 0 %
+    gt = sample.gt_instances_3d
+    assert int((gt.labels_3d == 0).sum()) > 0
+    sample.pred_instances_3d = InstanceData(bboxes_3d=gt.bboxes_3d, labels_3d=gt.labels_3d,
+                                            scores_3d=torch.ones(len(gt.labels_3d)))
+    metrics = score_samples(cfg.test_evaluator, [sample], dataset.classes)
+    assert metrics['Car_BEV_AP@0.7'] == pytest.approx(1.0)
+    shifted = torch.as_tensor(gt.bboxes_3d).clone()
+    shifted[:, 0] += 2.0
+    sample.pred_instances_3d.bboxes_3d = shifted
+    assert score_samples(cfg.test_evaluator, [sample], dataset.classes)['Car_BEV_AP@0.7'] == 0.0
