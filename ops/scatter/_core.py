@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .. import _checks
 from .._checks import OpTypeError, OpValueError
-from ..segment_reduce import SRC_DTYPES  # noqa: F401  (importing the family loads the segment_reduce kernel)
+from ..segment_reduce import SRC_DTYPES  # noqa: F401  (the family module registers the kernel's autograd and fake)
 
 
 def reductions() -> List[str]:
