@@ -108,8 +108,8 @@ def frame_points(model, pcd, lidar2img=None, image_size=KITTI_IMAGE_SIZE):
 
 
 def inference_pipeline(model):
-    """The transforms of the config's test pipeline (less ``ObjectMinPointsFilter``: there is no ground truth), built
-    on the first call and kept on the model, so that what its filters drop is warned about once and totalled over
+    """The transforms of the config's test pipeline (its ground-truth filters see no boxes here), built on the first
+    call and kept on the model, so that what its filters drop is warned about once and totalled over
     every frame (``transform.dropped_totals``).
 
     Returns:
@@ -117,8 +117,7 @@ def inference_pipeline(model):
     """
     pipeline = getattr(model, '_inference_pipeline', None)
     if pipeline is None:
-        cfg = [t for t in _test_dataset_cfg(model.cfg).get('pipeline', []) if t.get('type') != 'ObjectMinPointsFilter']
-        pipeline = build_pipeline(cfg)
+        pipeline = build_pipeline(_test_dataset_cfg(model.cfg).get('pipeline', []))
         object.__setattr__(model, '_inference_pipeline', pipeline)  # a plain attribute, not a submodule
     return pipeline
 
