@@ -92,12 +92,28 @@ def average_precision_r40(scores, is_tp, num_gt, num_positions=NUM_RECALL_POSITI
     if num_gt == 0:
         return float('nan')
     precision, recall = precision_recall(scores, is_tp, num_gt)
+    return interpolated_precision(precision, recall, num_positions)
+
+
+def interpolated_precision(precision, recall, num_positions=NUM_RECALL_POSITIONS):
+    """Mean over the recall positions r = k / num_positions (k = 1..num_positions) of the best precision at any
+    operating point whose recall is >= r (0 where none reaches r): KITTI's interpolated AP.
+
+    Args:
+        precision, recall (array): (P,) precision and recall of P operating points, in any order (KITTI's
+            per-threshold re-matching makes recall non-monotonic in the score threshold).
+        num_positions (int): 40 for R40.
+    Returns:
+        float: AP in [0, 1].
+    """
+    precision, recall = np.asarray(precision, dtype=np.float64), np.asarray(recall, dtype=np.float64)
     if precision.size == 0:
         return 0.0
-    # interpolated precision: best precision at any recall >= r (suffix maximum)
-    best_after = np.maximum.accumulate(precision[::-1])[::-1]
+    order = np.argsort(recall, kind='stable')
+    precision, recall = precision[order], recall[order]
+    best_after = np.maximum.accumulate(precision[::-1])[::-1]  # best precision at recall >= recall[i]
     positions = np.arange(1, num_positions + 1) / num_positions
-    first = np.searchsorted(recall, positions - 1e-12, side='left')  # recall is non-decreasing
+    first = np.searchsorted(recall, positions - 1e-12, side='left')
     reached = first < recall.size
     values = np.where(reached, best_after[np.minimum(first, recall.size - 1)], 0.0)
     return float(values.mean())

@@ -20,9 +20,10 @@ truth itself scores 7.5 on 4 cars there); on large sets the two agree.
 """
 import numpy as np
 
+from .ap import NUM_RECALL_POSITIONS, interpolated_precision
+
 DIFFICULTIES = {'easy': (40.0, 0, 0.15), 'moderate': (25.0, 1, 0.30), 'hard': (25.0, 2, 0.50)}
 NEIGHBOURS = {'Car': ('Van',), 'Pedestrian': ('Person_sitting',)}
-NUM_RECALL_POSITIONS = 40
 
 
 def _height(bbox):
@@ -154,9 +155,7 @@ def interpolated_ap(tp, fp, fn, num_positions=NUM_RECALL_POSITIONS):
     with np.errstate(divide='ignore', invalid='ignore'):
         precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
         recall = np.where(tp + fn > 0, tp / (tp + fn), 0.0)
-    positions = np.arange(1, num_positions + 1) / num_positions
-    best = [precision[recall >= r - 1e-12].max() if (recall >= r - 1e-12).any() else 0.0 for r in positions]
-    return float(np.mean(best))
+    return interpolated_precision(precision, recall, num_positions)
 
 
 __all__ = ['DIFFICULTIES', 'NEIGHBOURS', 'clean_frame', 'dontcare_cover', 'frame_curve', 'pooled_curve',
