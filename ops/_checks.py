@@ -73,7 +73,13 @@ def same_device(op, **tensors):
 
 
 def index_range(op: str, name: str, index: torch.Tensor, low: int, high: int) -> None:
-    """Check every value of an integer tensor lies in ``[low, high)`` (TorchScript-compatible)."""
+    """Check every value of an integer tensor lies in ``[low, high)`` (TorchScript-compatible).
+
+    Only for index arguments that no kernel checks as given (composites such as the torch_scatter API, which
+    hand the kernel derived ids, or torch.gather): an index a C++ op receives is checked there, once
+    (``check_index_range`` in ``ops/include/fsdlite_ops/common.h``), so wrappers do not read it here -- that
+    would be a second pass and, on CUDA, two host synchronisations.
+    """
     if index.numel() == 0:
         return
     lo, hi = int(index.min()), int(index.max())
@@ -124,23 +130,21 @@ def finite(op, name, value):
 
 
 def batch_ids(op, name, batch, length, length_what):
-    """Check optional per-row sample ids: (length,) int64, sorted non-decreasing; returns it (or None)."""
+    """Check optional per-row sample ids are a (length,) int64 tensor; returns it (or None).
+
+    That they are sorted non-decreasing is checked by the C++ op (``neighbors::check_batch``), once.
+    """
     if batch is None:
         return None
     tensor(op, name, batch, dtype=torch.int64, dim=1, size={0: (length, length_what)})
-    if batch.numel() > 1:
-        drops = (batch[1:] < batch[:-1]).nonzero()
-        if drops.numel():
-            i = int(drops[0, 0])
-            raise OpValueError(f'{op}: {name} must be sorted non-decreasing (segment-based batching), '
-                             f'got {name}[{i}]={int(batch[i])} > {name}[{i + 1}]={int(batch[i + 1])}')
     return batch
 
 
 def point_sets(op, query, support, query_batch, support_batch):
-    """Check (Nq, D) query and (Ns, D) support coordinates (float32/64, finite, D >= 1) with optional batch ids.
+    """Check (Nq, D) query and (Ns, D) support coordinates (float32/64, D >= 1) with optional batch ids.
 
-    Batch ids must be given for both point sets or for neither.
+    Batch ids must be given for both point sets or for neither. The values (finite coordinates, sorted batch ids)
+    are checked by the C++ op (``ops/knn/neighbor_args.h``), once.
     """
     for name, value in (('query', query), ('support', support)):
         tensor(op, name, value, dtypes=(torch.float32, torch.float64), dim=2)
@@ -153,12 +157,9 @@ def point_sets(op, query, support, query_batch, support_batch):
     if (query_batch is None) != (support_batch is None):
         given = 'query_batch' if support_batch is None else 'support_batch'
         raise OpValueError(f'{op}: query_batch and support_batch must be given together, got only {given}')
-    # devices first: the sortedness check of batch ids cannot run on a meta tensor
     same_device(op, query=query, support=support, query_batch=query_batch, support_batch=support_batch)
     batch_ids(op, 'query_batch', query_batch, query.shape[0], 'query.shape[0]')
     batch_ids(op, 'support_batch', support_batch, support.shape[0], 'support.shape[0]')
-    finite(op, 'query', query)
-    finite(op, 'support', support)
 
 
 def float_sequence(op, name, value, length):

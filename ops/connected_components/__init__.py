@@ -5,7 +5,6 @@ they share the sample (``batch``) and, when given, the class (``class_ids``); co
 the transitive closure.  Grid hashing + union-find: memory O(N), never an N x N matrix.
 Distances are compared in float64 (|p - q|^2 < t^2) whatever the input dtype.
 """
-import math
 import numbers
 
 import torch
@@ -16,7 +15,6 @@ from .._checks import OpTypeError, OpValueError
 
 _OP = 'connected_components'
 METRICS = {'xy': 2, 'xyz': 3}
-_MAX_CELL = 2.0 ** 52  # grid cell indices must stay exact integers (as the C++ check)
 
 
 @_checks.register_fake('fsdlite::connected_components', any_device=('threshold',))
@@ -76,19 +74,9 @@ def connected_components(points, threshold, batch=None, class_ids=None, metric='
     if isinstance(threshold, torch.Tensor) and threshold.is_meta:  # any real device is fine: values are read
         _checks.same_device(_OP, points=points, threshold=threshold)
     thresholds, per_class = _thresholds(threshold, points.device)
-    if per_class:
-        if class_ids is None:
-            raise OpValueError(f'{_OP}: a per-class threshold (C={len(thresholds)}) needs class_ids')
-        _checks.index_range(_OP, 'class_ids', class_ids, 0, len(thresholds))
-    coords = points[:, :ndim]
-    _checks.finite(_OP, 'points', coords)
-    positive = thresholds[thresholds > 0]
-    if n and len(positive):
-        max_abs = float(coords.abs().max())
-        smallest = float(positive.min())
-        if max_abs * math.sqrt(ndim) / (smallest * (1 - 1e-7)) >= _MAX_CELL:
-            raise OpValueError(f'{_OP}: threshold={smallest!r} is too small for coordinates of magnitude {max_abs!r} '
-                               f'(grid cell indices would overflow); expected threshold > {2 * max_abs / _MAX_CELL!r}')
+    if per_class and class_ids is None:
+        raise OpValueError(f'{_OP}: a per-class threshold (C={len(thresholds)}) needs class_ids')
+    # values (class_ids in range, finite coordinates, thresholds not too small for them): checked in C++, once
     with torch.no_grad():
         labels, num = torch.ops.fsdlite.connected_components(points, thresholds, batch, class_ids, ndim, per_class)
     return labels, int(num)

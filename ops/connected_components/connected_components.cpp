@@ -44,10 +44,11 @@ Args check_args(const at::Tensor& points, const at::Tensor& threshold, const c10
   Args args{points.size(0), static_cast<int>(ndim), per_class, {}};
   const at::Tensor host = threshold.to(at::kCPU, at::kDouble).contiguous();
   args.thresholds.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
-  double max_inv = 0.0;
+  double max_inv = 0.0, smallest = 0.0;
   for (const double t : args.thresholds) {
     TORCH_CHECK(std::isfinite(t) && t >= 0.0, kOp, ": threshold values must be finite and >= 0, got ", t);
     if (t > 0.0) max_inv = std::max(max_inv, inverse_side(t, args.ndim));
+    if (t > 0.0 && (smallest == 0.0 || t < smallest)) smallest = t;
   }
   if (per_class) {
     TORCH_CHECK(class_ids.has_value(), kOp, ": a per-class threshold needs class_ids");
@@ -55,10 +56,11 @@ Args check_args(const at::Tensor& points, const at::Tensor& threshold, const c10
   }
   if (args.n == 0) return args;
   const at::Tensor coords = points.narrow(1, 0, ndim);
-  TORCH_CHECK(at::isfinite(coords).all().item<bool>(), kOp, ": points must contain only finite coordinates");
+  check_finite(coords, kOp, "points");  // its first ndim columns
   const double max_abs = at::abs(coords).max().item<double>();
-  TORCH_CHECK(max_abs * max_inv < kMaxCell, kOp, ": threshold is too small for coordinates of magnitude ", max_abs,
-              " (grid cell indices would overflow); expected threshold > ", max_abs * 2.0 / kMaxCell);
+  TORCH_CHECK(max_abs * max_inv < kMaxCell, kOp, ": threshold=", smallest, " is too small for coordinates of ",
+              "magnitude ", max_abs, " (grid cell indices would overflow); expected threshold > ",
+              max_abs * 2.0 / kMaxCell);
   return args;
 }
 

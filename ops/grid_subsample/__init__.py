@@ -78,8 +78,7 @@ def grid_subsample(points, voxel_size, batch=None, features=None, labels=None):
         raise OpValueError(f'{_OP}: voxel_size must be a number or 3 numbers, got {voxel_size!r}')
     sizes = _checks.finite_positive(_OP, 'voxel_size', list(sizes))
     _checks.same_device(_OP, points=points, batch=batch, features=features, labels=labels)
-    _checks.finite(_OP, 'points', points)
-    _checks.batch_ids(_OP, 'batch', batch, points.shape[0], 'points.shape[0]')
+    _checks.batch_ids(_OP, 'batch', batch, points.shape[0], 'points.shape[0]')  # finite points, sorted ids: C++
     if features is not None:
         _checks.tensor(_OP, 'features', features, dtypes=(torch.float32, torch.float64), dim=2,
                        size={0: (points.shape[0], 'points.shape[0]')})

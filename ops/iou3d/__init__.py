@@ -33,10 +33,13 @@ def _nms_bev_mask_fake(boxes, groups, iou_threshold, axis_aligned):
     return boxes.new_empty((boxes.shape[0],), dtype=torch.bool)
 
 
-def check_boxes(op, name, boxes):
-    """Validate (N, >=7) finite floating lidar boxes with non-negative l and w; returns them."""
+def check_boxes(op, name, boxes, values=True):
+    """Validate (N, >=7) floating lidar boxes and, with ``values``, that they are finite with non-negative l and w
+    (leave the values to the C++ op where it receives the boxes as given); returns them."""
     _checks.tensor(op, name, boxes, floating=True, dim=2)
     _checks.min_size(op, name, boxes, 1, 7, 'columns [x, y, z, l, w, h, yaw]')
+    if not values:
+        return boxes
     _checks.finite(op, name, boxes)
     negative = (boxes[:, 3:5] < 0).nonzero()
     if negative.numel():
@@ -48,8 +51,8 @@ def check_boxes(op, name, boxes):
 
 def _iou(boxes_a, boxes_b, axis_aligned):
     _checks.same_device(_IOU_OP, boxes_a=boxes_a, boxes_b=boxes_b)  # first: value checks cannot run on 'meta'
-    check_boxes(_IOU_OP, 'boxes_a', boxes_a)
-    check_boxes(_IOU_OP, 'boxes_b', boxes_b)
+    check_boxes(_IOU_OP, 'boxes_a', boxes_a, values=False)  # values: checked by the C++ op, once
+    check_boxes(_IOU_OP, 'boxes_b', boxes_b, values=False)
     if boxes_b.dtype != boxes_a.dtype:
         raise OpTypeError(f'{_IOU_OP}: boxes_b must have the dtype of boxes_a ({boxes_a.dtype}), got {boxes_b.dtype}')
     with torch.no_grad():

@@ -3,6 +3,8 @@
 #include <ATen/ops/any.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/lt.h>
+#include <ATen/ops/nonzero.h>
+#include <ATen/ops/logical_not.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -18,9 +20,14 @@ void check_boxes(const at::Tensor& boxes, const char* op, const char* arg) {
   TORCH_CHECK(boxes.size(1) >= kMinCols, op, ": ", arg, " must have >= 7 columns [x, y, z, l, w, h, yaw], got shape ",
               boxes.sizes());
   if (boxes.numel() == 0) return;
-  TORCH_CHECK(at::isfinite(boxes).all().item<bool>(), op, ": ", arg, " must contain only finite values");
-  TORCH_CHECK(!at::lt(boxes.narrow(1, kL, 2), 0).any().item<bool>(), op, ": ", arg,
-              " must have non-negative sizes l (column 3) and w (column 4)");
+  check_finite(boxes, op, arg);
+  const at::Tensor negative = at::lt(boxes.narrow(1, kL, 2), 0);
+  if (negative.any().item<bool>()) {  // the error path: name the first offending value and where it is
+    const at::Tensor first = negative.nonzero().select(0, 0).contiguous().cpu();  // (nonzero's rows are strided)
+    const int64_t row = first.const_data_ptr<int64_t>()[0], col = first.const_data_ptr<int64_t>()[1] + kL;
+    TORCH_CHECK(false, op, ": ", arg, " must have sizes l, w >= 0, got ", arg, "[", row, ", ", col, "]=",
+                boxes.select(0, row).select(0, col).item<double>());
+  }
 }
 
 void check_iou_args(const at::Tensor& boxes_a, const at::Tensor& boxes_b) {

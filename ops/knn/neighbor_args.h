@@ -1,5 +1,6 @@
-// Argument checks shared by the neighbour ops (knn, radius_neighbors): query/support point sets
-// with optional sorted sample ids. Every check raises (TORCH_CHECK) before any kernel runs.
+// Argument checks shared by the neighbour ops (knn, radius_neighbors, grid_subsample): query/support point sets
+// with optional sorted sample ids. Every check raises (TORCH_CHECK) before any kernel runs; the values (finite
+// coordinates, sorted ids) are checked only here, not again by the Python wrappers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,8 +17,7 @@ inline void check_coordinates(const at::Tensor& points, const char* op, const ch
   check_dim(points, 2, op, arg);
   TORCH_CHECK(points.size(1) >= 1, op, ": ", arg, " must have at least one coordinate column, got shape ",
               points.sizes());
-  TORCH_CHECK(points.numel() == 0 || points.isfinite().all().item<bool>(), op, ": ", arg,
-              " must contain only finite values (found NaN or inf)");
+  check_finite(points, op, arg);
 }
 
 // Sample ids of the rows of `points`: (N,) int64, sorted non-decreasing.
@@ -28,8 +28,13 @@ inline void check_batch(const at::Tensor& batch, const at::Tensor& points, const
   check_size(batch, 0, points.size(0), op, arg, points_arg);
   check_same_device(batch, points, op, arg, points_arg);
   if (batch.numel() > 1) {
-    const bool unsorted = batch.slice(0, 1).lt(batch.slice(0, 0, -1)).any().item<bool>();
-    TORCH_CHECK(!unsorted, op, ": ", arg, " must be sorted non-decreasing (segment-based batching)");
+    const at::Tensor drops = batch.slice(0, 1).lt(batch.slice(0, 0, -1));
+    if (!drops.any().item<bool>()) return;
+    // the error path: name the first decrease
+    const int64_t i = drops.nonzero().select(0, 0).select(0, 0).item<int64_t>();
+    TORCH_CHECK(false, op, ": ", arg, " must be sorted non-decreasing (segment-based batching), got ", arg, "[", i,
+                "]=", batch.select(0, i).item<int64_t>(), " > ", arg, "[", i + 1, "]=",
+                batch.select(0, i + 1).item<int64_t>());
   }
 }
 

@@ -71,7 +71,6 @@ def _validated(features, index, weights):
     _checks.tensor(_OP, 'weights', weights, dtype=features.dtype, dim=2,
                    size={0: (index.shape[0], 'index.shape[0]'), 1: (index.shape[1], 'index.shape[1]')})
     _checks.same_device(_OP, features=features, index=index, weights=weights)
-    _checks.index_range(_OP, 'index', index, 0, features.shape[0] + 1)
     return index.long()
 
 

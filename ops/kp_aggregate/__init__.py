@@ -108,8 +108,6 @@ def neighbor_aggregate(neighbors, features, weights):
     _checks.tensor(_NB_OP, 'neighbors', neighbors, dtypes=_checks.INDEX_DTYPES, dim=2)
     _check_grouped(_NB_OP, 'weights', weights, features, neighbors.shape[0], neighbors.shape[1], 'H')
     _checks.same_device(_NB_OP, features=features, neighbors=neighbors, weights=weights)
-    _checks.index_range(_NB_OP, 'neighbors (N = features.shape[0] is the shadow neighbour)', neighbors, 0,
-                        features.shape[0] + 1)
     return torch.ops.fsdlite.neighbor_aggregate(neighbors.long(), features, weights)
 
 

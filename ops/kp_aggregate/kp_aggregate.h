@@ -55,8 +55,10 @@ at::Tensor forward_op(const at::Tensor& q_pts, const at::Tensor& s_pts, const at
                       const at::Tensor& features, const at::Tensor& kernel_points,
                       const c10::optional<at::Tensor>& depthwise, const c10::optional<at::Tensor>& gen_weights,
                       double sigma, c10::string_view influence, c10::string_view aggregation) {
-  return Driver(check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma, influence,
-                           aggregation));
+  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, depthwise, gen_weights, sigma,
+                            influence, aggregation);
+  kp::check_positions_finite(q_pts, s_pts, kernel_points, "kp_aggregate");
+  return Driver(a);
 }
 
 // The kp_aggregate_backward schema bound to a backward driver: validates the arguments and grad_out,

@@ -31,8 +31,8 @@ register_kp_autograd(_OP, (3, 4, 5, 6))
 def check_geometry(op, q_pts, s_pts, neighbors, kernel_points, features, sigma, influence, aggregation):
     """Validate the geometry arguments shared by the kernel-point ops; returns int64 ``neighbors``.
 
-    Raises OpTypeError/OpValueError naming the argument, its value and what was expected (positions must be
-    finite).
+    Raises OpTypeError/OpValueError naming the argument, its value and what was expected. The values (finite
+    positions, neighbour indices in range) are checked by the C++ op, once (``kp_primitives.h``).
     """
     _checks.tensor(op, 'features', features, dtypes=(torch.float32, torch.float64), dim=2)
     dtype = features.dtype
@@ -48,14 +48,10 @@ def check_geometry(op, q_pts, s_pts, neighbors, kernel_points, features, sigma, 
                            f'got shape {tuple(kernel_points.shape)}')
     _checks.same_device(op, features=features, q_pts=q_pts, s_pts=s_pts, neighbors=neighbors,
                         kernel_points=kernel_points)
-    for name, points in (('q_pts', q_pts), ('s_pts', s_pts), ('kernel_points', kernel_points)):
-        _checks.finite(op, name, points)  # as every geometric op: a NaN position would give NaN rows
     _checks.choice(op, 'influence', influence, INFLUENCES)
     _checks.choice(op, 'aggregation', aggregation, AGGREGATIONS)
     if influence != 'constant':
         _checks.finite_positive(op, 'sigma', sigma)
-    _checks.index_range(op, 'neighbors (N = s_pts.shape[0] is the shadow neighbour)', neighbors, 0,
-                        s_pts.shape[0] + 1)
     return neighbors.long()
 
 

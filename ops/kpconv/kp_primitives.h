@@ -109,6 +109,15 @@ inline GeometryTensors check_geometry(const at::Tensor& q_pts, const at::Tensor&
   return g;
 }
 
+// Checks the positions of a kernel-point op are finite (as every geometric op: a NaN position would give NaN
+// rows). Run by the forward ops only, after check_geometry: a backward receives the positions its forward checked.
+inline void check_positions_finite(const at::Tensor& q_pts, const at::Tensor& s_pts, const at::Tensor& kernel_points,
+                                   const char* op) {
+  check_finite(q_pts, op, "q_pts");
+  check_finite(s_pts, op, "s_pts");
+  check_finite(kernel_points, op, "kernel_points");
+}
+
 // Device primitives on one chunk of queries [start, start + rows).
 struct Primitives {
   // infl (rows, H, K) <- influences of every neighbour slot.

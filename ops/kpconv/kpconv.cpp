@@ -127,9 +127,10 @@ at::Tensor kpconv_op(const at::Tensor& q_pts, const at::Tensor& s_pts, const at:
                      const at::Tensor& features, const at::Tensor& kernel_points, const at::Tensor& weights,
                      const c10::optional<at::Tensor>& modulations, double sigma, c10::string_view influence,
                      c10::string_view aggregation, const kp::Primitives& p) {
-  return forward(check_args(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations, sigma,
-                            influence, aggregation),
-                 p);
+  const Args a = check_args(q_pts, s_pts, neighbors, features, kernel_points, weights, modulations, sigma, influence,
+                            aggregation);
+  kp::check_positions_finite(q_pts, s_pts, kernel_points, "kpconv");
+  return forward(a, p);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> kpconv_backward_op(

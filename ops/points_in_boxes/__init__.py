@@ -46,8 +46,6 @@ def _validated(op, points, boxes, point_batch, box_batch, box_origin):
         _checks.tensor(op, 'box_batch', box_batch, dtypes=_checks.INDEX_DTYPES, dim=1,
                        size={0: (boxes.shape[0], 'boxes.shape[0]')})
         _checks.same_device(op, points=points, boxes=boxes, point_batch=point_batch, box_batch=box_batch)
-        _checks.index_range(op, 'point_batch', point_batch, 0, 2 ** 63 - 1)
-        _checks.index_range(op, 'box_batch', box_batch, 0, 2 ** 63 - 1)
         point_batch, box_batch = point_batch.long(), box_batch.long()
     else:
         _checks.same_device(op, points=points, boxes=boxes)

@@ -84,23 +84,13 @@ def _coors_and_count(op, coors, num_valid, spatial_shape):
         if num_valid.numel() != 1:
             raise OpValueError(f'{op}: num_valid must be an int or a 1-element tensor, got shape '
                                f'{tuple(num_valid.shape)}')
-        count = int(num_valid)
         num_valid = num_valid.reshape(()).to(device=coors.device, dtype=torch.long)
     else:
-        count = _checks.positive_int(op, 'num_valid', num_valid, allow_zero=True)
-        num_valid = torch.tensor(count, dtype=torch.long, device=coors.device)
-    if not 0 <= count <= coors.shape[0]:
-        raise OpValueError(f'{op}: num_valid must lie in [0, coors.shape[0]] = [0, {coors.shape[0]}], got {count}')
+        num_valid = torch.tensor(_checks.positive_int(op, 'num_valid', num_valid, allow_zero=True), dtype=torch.long,
+                                 device=coors.device)
     shape = _checks.int_sequence(op, 'spatial_shape', spatial_shape, 3, minimum=1)
+    # the values (num_valid <= coors.shape[0], coordinates inside the grid) are checked by the C++ op, in one pass
     coors = coors.long()
-    if count:
-        lo, hi = torch.aminmax(coors[:count], dim=0)
-        for col, axis in enumerate('bzyx'):
-            top = shape[col - 1] if col else None
-            if int(lo[col]) < 0 or (top is not None and int(hi[col]) >= top):
-                bound = f'[0, {top})' if top else '>= 0'
-                raise OpValueError(f'{op}: coors[:num_valid, {col}] ({axis}) must lie in {bound} (spatial_shape '
-                                   f'{shape}), got min {int(lo[col])} and max {int(hi[col])}')
     return coors, num_valid, shape
 
 
@@ -178,7 +168,6 @@ def rulebook_inverse(nbr, num_rows):
     op = 'rulebook_inverse'
     _checks.tensor(op, 'nbr', nbr, dtypes=_checks.INDEX_DTYPES, dim=2)
     num_rows = _checks.positive_int(op, 'num_rows', num_rows, allow_zero=True)
-    _checks.index_range(op, 'nbr', nbr, 0, num_rows + 1)
     return torch.ops.fsdlite.rulebook_inverse(nbr.long(), num_rows)
 
 
@@ -216,7 +205,6 @@ def rulebook_pairs(nbr, num_in, capacity, tile=128):
         raise OpValueError(f'{op}: capacity must be a multiple of tile ({tile}), got {capacity}')
     if not 1 <= nbr.shape[1] <= 4096:
         raise OpValueError(f'{op}: nbr must have 1 to 4096 kernel offsets (columns), got {nbr.shape[1]}')
-    _checks.index_range(op, 'nbr', nbr, 0, num_in + 1)
     return RulebookPairs(*torch.ops.fsdlite.rulebook_pairs(nbr.long(), num_in, capacity, tile))
 
 

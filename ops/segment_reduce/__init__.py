@@ -83,7 +83,6 @@ def _validated(src, index, num_segments, reduce):
     arg_size = 8 if reduce in ('max', 'min') else 0  # the int64 arg beside the values
     _checks.output_memory(_OP, name, num_segments, math.prod(src.shape[1:]), 'elements per row of src',
                           src.element_size() + arg_size, src.device)
-    _checks.index_range(_OP, 'index', index, 0, num_segments)
     return index.long(), num_segments
 
 

@@ -37,17 +37,14 @@ def _voxelize_fake(points, voxel_size, point_range, batch):
 
 
 def _check_batch(batch, points):
+    """The optional (N,) batch ids as int64; their values (>= 0, and the keys of batches x grid fitting in int64)
+    are checked once, by the C++ op."""
     if batch is None:
-        return None, 1
+        return None
     _checks.tensor(_OP, 'batch', batch, dtypes=_checks.INDEX_DTYPES, dim=1,
                    size={0: (points.shape[0], 'points.shape[0]')})
     _checks.same_device(_OP, points=points, batch=batch)
-    if batch.numel() == 0:
-        return batch.long(), 1
-    lo, hi = (int(v) for v in torch.aminmax(batch))
-    if lo < 0:
-        raise OpValueError(f'{_OP}: batch ids must be >= 0, got {lo}')
-    return batch.long(), hi + 1
+    return batch.long()
 
 
 def voxelize(points, voxel_size, point_range, batch=None):
@@ -67,8 +64,8 @@ def voxelize(points, voxel_size, point_range, batch=None):
     if points.shape[1] < 3:
         raise OpValueError(f'{_OP}: points must have shape (N, >=3), got shape {tuple(points.shape)}')
     size, lower, upper = check_geometry(voxel_size, point_range)
-    batch, num_batches = _check_batch(batch, points)
-    check_key_range(grid_shape(size, lower + upper), num_batches)
+    batch = _check_batch(batch, points)
+    check_key_range(grid_shape(size, lower + upper), 1)  # the grid alone; with the batch ids in C++
     return Voxelization(*torch.ops.fsdlite.voxelize(points, size, lower + upper, batch))
 
 

@@ -151,7 +151,7 @@ def test_invalid_arguments():
         pair_conv(torch.randn(15, 2), pairs, weight, 10)
     with pytest.raises(ValueError, match=r'pairs\[0\] \(input rows\) contains 1[0-5], expected values in \[0, 10\)'):
         pair_conv(torch.randn(9, 2), pairs, weight, 20)
-    with pytest.raises(ValueError, match=r'nbr contains 15, expected values in \[0, 11\)'):
+    with pytest.raises(RuntimeError, match=r'nbr \(input rows; num_in is the dump\) contains 15, expected values in'):
         pairs_from_nbr(nbr, 10, 300)
     with pytest.raises(ValueError, match='nbr must be a'):
         pairs_from_nbr(nbr.float(), 15, 300)

@@ -253,19 +253,21 @@ def test_opcheck():
     (dict(points=torch.zeros(4, 3, dtype=torch.long)), TypeError, 'points must be a floating'),
     (dict(points=torch.zeros(4)), ValueError, 'points must be 2-D'),
     (dict(points=torch.zeros(4, 2), metric='xyz'), ValueError, r'points.shape\[1\] must be >= 3'),
-    (dict(points=torch.tensor([[0.0, float('nan')]])), ValueError, 'points must contain only finite'),
+    # values (finite points, class_ids in range, a threshold the coordinates allow): checked once, by the C++ op
+    (dict(points=torch.tensor([[0.0, float('nan')]])), RuntimeError,
+     r'points must contain only finite values, got nan at points\[0, 1\]'),
     (dict(metric='manhattan'), ValueError, "metric must be one of"),
     (dict(threshold=-0.1), ValueError, 'threshold must be finite and >= 0'),
     (dict(threshold=float('inf')), ValueError, 'threshold must be finite'),
     (dict(threshold='0.5'), TypeError, 'threshold must be a number'),
     (dict(threshold=torch.zeros(2, 2)), ValueError, 'threshold must be a scalar or a'),
     (dict(threshold=torch.tensor([0.5, 0.2])), ValueError, 'needs class_ids'),
-    (dict(threshold=torch.tensor([0.5, 0.2]), class_ids=torch.tensor([0, 1, 2, 0])), ValueError,
+    (dict(threshold=torch.tensor([0.5, 0.2]), class_ids=torch.tensor([0, 1, 2, 0])), RuntimeError,
      r'class_ids contains 2, expected values in \[0, 2\)'),
     (dict(batch=torch.zeros(3, dtype=torch.long)), ValueError, r'batch.shape\[0\] must be 4'),
     (dict(batch=torch.zeros(4)), TypeError, 'batch must have one of the dtypes'),
     (dict(class_ids=torch.zeros(4, 1, dtype=torch.long)), ValueError, 'class_ids must be 1-D'),
-    (dict(threshold=1e-300), ValueError, 'threshold=1e-300 is too small'),
+    (dict(threshold=1e-300), RuntimeError, 'threshold=1e-300 is too small'),
     (dict(threshold=torch.tensor(0.5, device='meta')), ValueError, 'got points on cpu, threshold on meta'),
 ])
 def test_invalid_arguments(kwargs, error, match):
@@ -276,12 +278,12 @@ def test_invalid_arguments(kwargs, error, match):
 
 
 def test_raw_op_validates_in_cpp():
-    with pytest.raises(RuntimeError, match='class_ids values must lie in'):
+    with pytest.raises(RuntimeError, match='class_ids contains [-0-9]+, expected values in'):
         torch.ops.fsdlite.connected_components(torch.zeros(3, 2), torch.tensor([0.5, 0.5], dtype=torch.float64),
                                                None, torch.tensor([0, 5, 1]), 2, True)
     with pytest.raises(RuntimeError, match='ndim must be 2'):
         torch.ops.fsdlite.connected_components(torch.zeros(3, 2), torch.tensor([0.5]), None, None, 4, False)
-    with pytest.raises(RuntimeError, match='finite coordinates'):
+    with pytest.raises(RuntimeError, match='finite values'):
         torch.ops.fsdlite.connected_components(torch.full((3, 2), float('inf')), torch.tensor([0.5]), None, None, 2,
                                                False)
 

@@ -165,13 +165,13 @@ def test_opcheck(batched):
     (lambda q, s: knn(q, s, 2, torch.zeros(3, dtype=torch.long), torch.zeros(5, dtype=torch.long)),
      ValueError, r'query_batch.shape\[0\] must be 4'),
     (lambda q, s: knn(q, s, 2, torch.tensor([0, 1, 0, 1]), torch.zeros(5, dtype=torch.long)),
-     ValueError, r'query_batch must be sorted non-decreasing.*query_batch\[1\]=1 > query_batch\[2\]=0'),
+     RuntimeError, r'query_batch must be sorted non-decreasing.*query_batch\[1\]=1 > query_batch\[2\]=0'),
     (lambda q, s: knn(q, s, 2, torch.zeros(4, dtype=torch.int32), torch.zeros(5, dtype=torch.long)),
      TypeError, 'query_batch must have dtype torch.int64'),
-    (lambda q, s: knn(q.index_fill(0, torch.tensor([2]), float('nan')), s, 2), ValueError,
-     'query must contain only finite'),
-    (lambda q, s: knn(q, s.index_fill(0, torch.tensor([1]), float('inf')), 2), ValueError,
-     'support must contain only finite'),
+    (lambda q, s: knn(q.index_fill(0, torch.tensor([2]), float('nan')), s, 2), RuntimeError,
+     r'query must contain only finite values, got nan at query\[2, 0\]'),  # values: checked once, in C++
+    (lambda q, s: knn(q, s.index_fill(0, torch.tensor([1]), float('inf')), 2), RuntimeError,
+     r'support must contain only finite values, got inf at support\[1, 0\]'),
     (lambda q, s: knn([[0.0, 0.0, 0.0]], s, 2), TypeError, 'query must be a torch.Tensor'),
     # was 'Storage size calculation overflowed', naming neither knn nor k
     (lambda q, s: knn(q, s, 2 ** 62), ValueError, r'knn: k=4611686018427387904 gives an output of .* x 4 '),

@@ -120,7 +120,7 @@ def test_opcheck():
     (lambda q, s: radius_neighbors(q.half(), s, 1.0, 4), TypeError, 'query must have one of the dtypes'),
     (lambda q, s: radius_neighbors(q, s[:, :2], 1.0, 4), ValueError, r'support.shape\[1\] must be 3'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, torch.tensor([0, 0, 1, 0]), torch.zeros(5, dtype=torch.long)),
-     ValueError, 'query_batch must be sorted'),
+     RuntimeError, r'query_batch must be sorted non-decreasing .*got query_batch\[2\]=1 > query_batch\[3\]=0'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long)),
      ValueError, r'support_batch.shape\[0\] must be 5'),
     (lambda q, s: radius_neighbors(q, s, 1.0, 4, None, torch.zeros(5, dtype=torch.long)), ValueError, 'together'),

@@ -265,10 +265,11 @@ def test_empty_and_single_voxel():
 @pytest.mark.parametrize('call, error, match', [
     (lambda c: rulebook_subm(c.float(), 3, SHAPE), TypeError, 'coors must have one of the dtypes'),
     (lambda c: rulebook_subm(c[:, :3], 3, SHAPE), ValueError, r'coors.shape\[1\] must be 4'),
-    (lambda c: rulebook_subm(c, 7, SHAPE), ValueError, r'num_valid must lie in \[0, coors.shape\[0\]\] = \[0, 5\]'),
+    # values (num_valid, coordinates, nbr): checked once, by the C++ op
+    (lambda c: rulebook_subm(c, 7, SHAPE), RuntimeError, r'num_valid must lie in \[0, coors.size\(0\)\] = \[0, 5\]'),
     (lambda c: rulebook_subm(c, -1, SHAPE), ValueError, 'num_valid must be >= 0'),
     (lambda c: rulebook_subm(c, torch.tensor([1, 2]), SHAPE), ValueError, 'num_valid must be an int or a 1-element'),
-    (lambda c: rulebook_subm(c, 4, SHAPE), ValueError, r'coors\[:num_valid, 1\] \(z\) must lie in \[0, 6\)'),
+    (lambda c: rulebook_subm(c, 4, SHAPE), RuntimeError, r'coors\[:num_valid, 1\] \(z\) must lie in \[0, 6\)'),
     (lambda c: rulebook_subm(c, 3, (6, 7)), TypeError, 'spatial_shape must be an int or a sequence of 3'),
     (lambda c: rulebook_subm(c, 3, SHAPE, 2), ValueError, 'kernel_size must be odd'),
     (lambda c: rulebook_subm(c, 3, SHAPE, 3, 0), ValueError, 'dilation must be >= 1'),
@@ -277,7 +278,8 @@ def test_empty_and_single_voxel():
     (lambda c: rulebook_conv(c, 3, SHAPE, 9, 1, 0, max_out=4), ValueError, 'empty output grid'),
     (lambda c: rulebook_conv(c, 3, SHAPE, 3, max_out=-2), ValueError, 'max_out must be >= 0'),
     (lambda c: rulebook_conv(c, 3, SHAPE, 3, 2.0, max_out=4), TypeError, 'stride must be an int'),
-    (lambda c: rulebook_inverse(torch.full((2, 27), 9), 5), ValueError, r'nbr contains 9, expected values in \[0, 6\)'),
+    (lambda c: rulebook_inverse(torch.full((2, 27), 9), 5), RuntimeError,
+     r'nbr \(rows of the strided conv.s input; num_rows is the dump\) contains 9, expected values in \[0, 6\)'),
     # were 'Tensor.item() cannot be called on meta tensors'
     (lambda c: rulebook_subm(c, torch.tensor(3, device='meta'), SHAPE), ValueError, 'coors on cpu, num_valid on meta'),
     (lambda c: rulebook_conv(c.to('meta'), torch.tensor(3), SHAPE, 3, max_out=4), ValueError,
@@ -291,7 +293,7 @@ def test_invalid_arguments(call, error, match):
 
 def test_negative_batch_and_duplicates_raise():
     coors = torch.tensor([[0, 1, 2, 3], [-1, 1, 2, 4]])
-    with pytest.raises(ValueError, match=r'coors\[:num_valid, 0\] \(b\) must lie in >= 0'):
+    with pytest.raises(RuntimeError, match=r'batch ids \(coors\[:num_valid, 0\]\) must be >= 0, got -1'):
         rulebook_subm(coors, 2, SHAPE)
     dup = torch.tensor([[0, 1, 2, 3], [0, 0, 0, 0], [0, 1, 2, 3]])
     for call in (lambda: rulebook_subm(dup, 3, SHAPE), lambda: rulebook_conv(dup, 3, SHAPE, 3, 2, 1, max_out=9)):

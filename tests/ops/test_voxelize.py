@@ -233,7 +233,7 @@ GOOD = cloud(5)
     (dict(point_range=[0, 0, 0, 1, 0, 1]), ValueError, 'max > min'),
     (dict(point_range=[0, 0, 0, 1, 1, float('inf')]), ValueError, 'point_range must contain only finite'),
     (dict(point_range=[0, 0, 0, 1, 1, 0.2]), ValueError, 'gives 0 voxels on axis z'),
-    (dict(batch=torch.tensor([0, 1, -1, 0, 0])), ValueError, 'batch ids must be >= 0, got -1'),
+    (dict(batch=torch.tensor([0, 1, -1, 0, 0])), RuntimeError, 'batch ids must be >= 0, got -1'),  # checked in C++
     (dict(batch=torch.zeros(4, dtype=torch.long)), ValueError, r'batch.shape\[0\] must be 5'),
     (dict(batch=torch.zeros(5)), TypeError, 'batch must have one of the dtypes'),
     (dict(batch=torch.zeros(5, 1, dtype=torch.long)), ValueError, 'batch must be 1-D'),

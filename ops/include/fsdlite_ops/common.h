@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/aminmax.h>
+#include <ATen/ops/stack.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -74,7 +75,7 @@ __attribute__((target("avx2,fma"))) inline void min_max_avx2(const index_t* p, i
 #endif
 
 // min_max_impl, compiled for AVX2 when the CPU has it (the build targets baseline x86-64, where int64 min / max
-// do not vectorize): ~5x faster than at::aminmax on int64 indices of pair lists (tens of thousands of entries).
+// do not vectorize); faster than at::aminmax on the int64 indices of pair lists (docs/benchmarks.md, History).
 template <typename index_t>
 inline void min_max(const index_t* p, int64_t n, int64_t& lo, int64_t& hi) {
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -85,7 +86,10 @@ inline void min_max(const index_t* p, int64_t n, int64_t& lo, int64_t& hi) {
 
 }  // namespace detail
 
-// Checks every value of an integer index tensor lies in [low, high) (one pass; syncs on CUDA).
+// Checks every value of an integer index tensor lies in [low, high), in one pass: the only check of an index
+// argument (the Python wrappers leave it to the library). On the CPU the pass reads the values in place; on CUDA
+// the minimum and maximum come back to the host in one copy -- the one synchronisation a raised error needs.
+// The message names the op, the argument, the first offending bound and the expected range.
 inline void check_index_range(const at::Tensor& index, int64_t low, int64_t high, const char* op,
                               const char* arg) {
   if (index.numel() == 0) return;
@@ -98,11 +102,28 @@ inline void check_index_range(const at::Tensor& index, int64_t low, int64_t high
     detail::min_max(index.const_data_ptr<int32_t>(), index.numel(), lo, hi);
   } else {
     auto minmax = at::aminmax(index);
-    lo = std::get<0>(minmax).item<int64_t>();
-    hi = std::get<1>(minmax).item<int64_t>();
+    const at::Tensor both = at::stack({std::get<0>(minmax), std::get<1>(minmax)}).to(at::kLong).cpu();
+    lo = both.const_data_ptr<int64_t>()[0];
+    hi = both.const_data_ptr<int64_t>()[1];
   }
-  TORCH_CHECK(lo >= low && hi < high, op, ": ", arg, " values must lie in [", low, ", ", high, "), got min ", lo,
-              " and max ", hi);
+  TORCH_CHECK(lo >= low && hi < high, op, ": ", arg, " contains ", lo < low ? lo : hi, ", expected values in [",
+              low, ", ", high, ") (got min ", lo, " and max ", hi, ")");
+}
+
+// Checks every value of a floating tensor is finite (no NaN or inf): one pass, and on CUDA one read-back of the
+// result. The error names the first offending value and its position.
+inline void check_finite(const at::Tensor& t, const char* op, const char* arg) {
+  if (t.numel() == 0 || t.isfinite().all().item<bool>()) return;
+  // the error path only (nonzero's rows are strided: copy the first one)
+  const at::Tensor first = t.isfinite().logical_not().nonzero().select(0, 0).contiguous().cpu();
+  std::string where;
+  for (int64_t d = 0; d < first.numel(); ++d) {
+    where += (d ? ", " : "") + std::to_string(first.const_data_ptr<int64_t>()[d]);
+  }
+  at::Tensor value = t;
+  for (int64_t d = 0; d < first.numel(); ++d) value = value.select(0, first.const_data_ptr<int64_t>()[d]);
+  TORCH_CHECK(false, op, ": ", arg, " must contain only finite values, got ", value.item<double>(), " at ", arg, "[",
+              where, "]");
 }
 
 // Checks an output of `rows` rows (set by the int argument `arg`) of `row_numel` elements each can exist: its
