@@ -4,8 +4,8 @@ Frames: the real KITTI frame (../shared/data/kitti_object_000008, KITTI-range co
 Waymo-range frame (../shared/data/spconv_waymo/benchmark-pc.npz, configs/*/..._waymo_range.py; a zero intensity
 column is appended).  Both modes share the weights: a trained checkpoint per detector with ``--checkpoint``, else
 random weights (seed 0) with the box score threshold at 0 so that boxes come out (the output says which).
-Stages are timed inside the models (``fsdlite.models.detectors.stages``); ``voxelize`` is the data
-preprocessor, ``pre_ops`` the static padding + first-stage rulebooks, ``nms`` runs after the fixed-shape graph.
+Stages are timed from outside the models (``_stages.record_stages`` wraps their submodules' calls); ``voxelize`` is
+the data preprocessor, ``pre_ops`` the static padding + first-stage rulebooks, ``nms`` runs after the fixed-shape graph.
 Peak memory of one preprocess + predict runs in a fresh subprocess per variant (``_harness.run_isolated``).
 
     python benchmarks/fsd_latency.py                              # both frames, 3 timed runs per variant
@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import _harness as h
+from _stages import record_stages
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / 'shared' / 'data'
@@ -34,8 +35,8 @@ CONFIGS = {('kitti', 'fsd'): 'configs/fsd/fsdlite_kitti_static.py',
            ('kitti', 'fsdv2'): 'configs/fsdv2/fsdv2lite_kitti_static.py',
            ('waymo', 'fsd'): 'configs/fsd/fsdlite_waymo_range.py',
            ('waymo', 'fsdv2'): 'configs/fsdv2/fsdv2lite_waymo_range.py'}
-STAGES = ('voxelize', 'pre_ops', 'vfe', 'backbone', 'neck_head', 'fg_sampling', 'grouping', 'sir', 'virtual_voxels',
-          'mixer_rulebooks', 'mixer', 'box_head', 'graph', 'nms')
+STAGES = ('voxelize', 'pre_ops', 'vfe', 'backbone', 'neck_head', 'fg_sampling', 'instances', 'sir',
+          'virtual_voxels', 'mixer_rulebooks', 'mixer', 'box_head', 'graph', 'nms')
 
 
 def load_frame(frame, data_root=DATA):
@@ -90,13 +91,11 @@ def _synchronize(device):
 def timed_runs(model, points, repeat, device='cpu'):
     """Median per-stage seconds over ``repeat`` runs (after one warm-up) and the last detections."""
     import torch
-
-    from fsdlite.models.detectors.stages import record_stages
     data = dict(inputs=dict(points=[points.to(device)]))
     sync = _synchronize(device)
     runs = []
     for i in range(repeat + 1):
-        with torch.inference_mode(), record_stages(sync) as rec:
+        with torch.inference_mode(), record_stages(model, sync) as rec:
             sync and sync()
             start = time.perf_counter()
             inputs = model.data_preprocessor(data, False)['inputs']

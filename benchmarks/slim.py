@@ -47,7 +47,7 @@ from pathlib import Path
 import _harness as h
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER = REPO / 'fsdlite' / 'slim' / 'measure.py'
+WORKER = REPO / 'benchmarks' / 'forward_worker.py'
 FAMILIES = {
     # FSD-lite w0.5 fine-tune: 4500 iterations at 4e-3 with seg_head distillation, 14.0 CPU min (see the docstring)
     'fsd': dict(config='configs/fsd/fsdlite_synthetic.py', metric='det/3D_mAP', finetune=4500, finetune_lr=4e-3,

@@ -75,12 +75,12 @@ def parse_args(argv=None):
 
 
 def _memory_probe(args, paths):
-    """name -> peak bytes of one predict forward in a fresh process (benchmarks/_harness.run_isolated, loaded from
-    its file)."""
+    """name -> peak bytes of one predict forward in a fresh process (benchmarks/_harness.run_isolated with the worker
+    benchmarks/forward_worker.py, both loaded from their files)."""
     spec = importlib.util.spec_from_file_location('_harness', osp.join(REPO_ROOT, 'benchmarks', '_harness.py'))
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)
-    worker = osp.join(REPO_ROOT, 'fsdlite', 'slim', 'measure.py')
+    worker = osp.join(REPO_ROOT, 'benchmarks', 'forward_worker.py')
 
     def probe(name):
         config, ckpt, options = paths[name]

@@ -16,7 +16,6 @@ from ...structures import Det3DDataSample, InstanceData
 from ..fsd.gt import collect_gt
 from ..layers.builder import build_module
 from ..segmentors.sparse_segmentor import SparseSegmentor
-from .stages import stage
 from .static import StaticDetectorMixin
 
 
@@ -96,31 +95,25 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         raise NotImplementedError
 
     def extract_feat(self, inputs):
-        """(P, C_neck) point features of the kept points (requires V >= 1); stages timed by :mod:`.stages`."""
-        with stage('vfe'):
-            voxel_feats, _ = self.voxel_encoder(inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
-        with stage('backbone'):
-            voxel_feats = self.backbone(voxel_feats, inputs['voxel_coors'], inputs['batch_size'])
-        with stage('neck_head'):
-            return self.neck(voxel_feats, inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
+        """(P, C_neck) point features of the kept points (requires V >= 1)."""
+        voxel_feats, _ = self.voxel_encoder(inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
+        voxel_feats = self.backbone(voxel_feats, inputs['voxel_coors'], inputs['batch_size'])
+        return self.neck(voxel_feats, inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
 
     def _forward_instances(self, inputs, training, return_fg=False):
         """Run everything up to the box head; returns (seg_outputs, Instances, cls_logits, box_codes) (+ the
         foreground points with ``return_fg``)."""
         point_feats = self.extract_feat(inputs)
-        with stage('neck_head'):
-            seg_outputs = self.seg_head(point_feats)
+        seg_outputs = self.seg_head(point_feats)
         mode = self.runtime_info['fg_mode'] if training else 'threshold'
         offset = self.runtime_info['threshold_offset'] if training else 0.0
-        with stage('fg_sampling'):
-            fg = self.fg_sampler(seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'],
-                                 inputs['points'][:, :3], inputs['batch'], inputs['batch_size'], mode=mode,
-                                 threshold_offset=offset)
+        fg = self.fg_sampler(seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'],
+                             inputs['points'][:, :3], inputs['batch'], inputs['batch_size'], mode=mode,
+                             threshold_offset=offset)
         inst = self.instances(inputs, point_feats, seg_outputs, fg)
         inst.stats.update(num_fg_points=fg.point_index.numel(), num_fg_over_budget=int(fg.num_over_budget),
                           num_instances=inst.feats.shape[0])
-        with stage('box_head'):
-            cls_logits, box_codes = self.bbox_head(inst.feats)
+        cls_logits, box_codes = self.bbox_head(inst.feats)
         if return_fg:
             return seg_outputs, inst, cls_logits, box_codes, fg
         return seg_outputs, inst, cls_logits, box_codes
@@ -159,9 +152,8 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         labels = batch = torch.zeros(0, dtype=torch.int64, device=device)
         if inputs['voxel_coors'].shape[0]:
             _, inst, cls_logits, box_codes = self._forward_instances(inputs, False)
-            with stage('nms'):
-                boxes, scores, labels, batch = self.bbox_head.predict(cls_logits, box_codes, inst.xyz, inst.batch,
-                                                                      inst.labels)
+            boxes, scores, labels, batch = self.bbox_head.predict(cls_logits, box_codes, inst.xyz, inst.batch,
+                                                                  inst.labels)
         return self.to_samples(boxes, scores, labels, batch, inputs['batch_size'], data_samples)
 
     @staticmethod

@@ -14,7 +14,6 @@ from ..fsd.static_grouping import group_padded
 from ..layers.builder import build_module
 from ..layers.static_ops import gather_rows, static_segment_reduce
 from .base import Instances, SparseDetectorBase, build_task_util
-from .stages import stage
 from .static import PaddedInstances
 
 
@@ -66,35 +65,30 @@ class FSDLite(SparseDetectorBase):
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""
-
-        with stage('grouping'):
-            clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
-        with stage('sir'):
-            keep = mask_to_index(clusters.point_cluster >= 0)
-            point, cluster, centre = (t.index_select(0, keep) for t in (fg.point_index, clusters.point_cluster,
-                                                                          fg.centre))
-            num = clusters.num_clusters
-            cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
-            points = inputs['points'].index_select(0, point)
-            xyz = points[:, :3]
-            feats = torch.cat([point_feats.index_select(0, point), points[:, 3:], centre - xyz], dim=1)
-            cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
+        clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
+        keep = mask_to_index(clusters.point_cluster >= 0)
+        point, cluster, centre = (t.index_select(0, keep) for t in (fg.point_index, clusters.point_cluster,
+                                                                      fg.centre))
+        num = clusters.num_clusters
+        cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
+        points = inputs['points'].index_select(0, point)
+        xyz = points[:, :3]
+        feats = torch.cat([point_feats.index_select(0, point), points[:, 3:], centre - xyz], dim=1)
+        cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
         stats = dict(num_grouping_dropped=int(clusters.num_dropped))
         return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)
 
     def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
         """Fixed-shape :meth:`instances`: padded grouping (``max_clusters`` clusters) and SIR with dump slots."""
         k = self.bounds['max_clusters']
-        with stage('grouping'):
-            clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
-                                       batch_size, k, self.bounds['max_cc_iters'], strict=strict)
-        with stage('sir'):
-            cluster = clusters.point_cluster
-            cluster_xyz = static_segment_reduce(fg.centre, cluster, k, 'mean')
-            xyz = gather_rows(points[:, :3], fg.point_index)
-            feats = torch.cat([gather_rows(point_feats, fg.point_index), gather_rows(points[:, 3:], fg.point_index),
-                               fg.centre - xyz], dim=1)
-            cluster_feats, _ = self.sir(feats, xyz, cluster, k, cluster_xyz, padded=True)
+        clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
+                                   batch_size, k, self.bounds['max_cc_iters'], strict=strict)
+        cluster = clusters.point_cluster
+        cluster_xyz = static_segment_reduce(fg.centre, cluster, k, 'mean')
+        xyz = gather_rows(points[:, :3], fg.point_index)
+        feats = torch.cat([gather_rows(point_feats, fg.point_index), gather_rows(points[:, 3:], fg.point_index),
+                           fg.centre - xyz], dim=1)
+        cluster_feats, _ = self.sir(feats, xyz, cluster, k, cluster_xyz, padded=True)
         valid = torch.arange(k, device=points.device) < clusters.num_clusters
         return PaddedInstances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, valid,
                                clusters.num_clusters, clusters.dropped)

@@ -15,7 +15,6 @@ from ..fsd.indexing import mask_to_index, mask_to_padded_index
 from ..layers.builder import build_module
 from ..layers.static_ops import gather_rows, static_segment_reduce, static_voxelize
 from .base import Instances, SparseDetectorBase
-from .stages import stage
 from .static import PaddedInstances
 
 
@@ -96,26 +95,22 @@ class FSDv2Lite(SparseDetectorBase):
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points."""
-        with stage('virtual_voxels'):
-            cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], inputs['points'], inputs['batch'],
-                                         fg)
-            vox = ops.voxelize(cloud.xyz.detach(), self.virtual_vfe.voxel_size, self.virtual_vfe.point_range,
-                               batch=cloud.batch)
-            inside = vox.point2voxel >= 0  # points outside a smaller virtual grid are left out (counted)
-            included = mask_to_index(inside)
-            point2voxel = vox.point2voxel[included]
-            xyz = cloud.xyz[included]
-            num_voxels = vox.voxel_coors.shape[0]
-            voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, cloud.feats[included]], dim=1), point2voxel,
-                                              vox.voxel_coors)
-        with stage('mixer'):
-            mixed = self.mixer(voxel_feats, vox.voxel_coors, inputs['batch_size'])
-        with stage('virtual_voxels'):
-            virtual = cloud.is_virtual[included].to(xyz.dtype)
-            count = ops.segment_reduce(virtual, point2voxel, num_voxels, 'sum')
-            centre_sum = ops.segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
-            keep = mask_to_index(count > 0)
-            ref = centre_sum[keep] / count[keep, None]
+        cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], inputs['points'], inputs['batch'], fg)
+        vox = ops.voxelize(cloud.xyz.detach(), self.virtual_vfe.voxel_size, self.virtual_vfe.point_range,
+                           batch=cloud.batch)
+        inside = vox.point2voxel >= 0  # points outside a smaller virtual grid are left out (counted)
+        included = mask_to_index(inside)
+        point2voxel = vox.point2voxel[included]
+        xyz = cloud.xyz[included]
+        num_voxels = vox.voxel_coors.shape[0]
+        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, cloud.feats[included]], dim=1), point2voxel,
+                                          vox.voxel_coors)
+        mixed = self.mixer(voxel_feats, vox.voxel_coors, inputs['batch_size'])
+        virtual = cloud.is_virtual[included].to(xyz.dtype)
+        count = ops.segment_reduce(virtual, point2voxel, num_voxels, 'sum')
+        centre_sum = ops.segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
+        keep = mask_to_index(count > 0)
+        ref = centre_sum[keep] / count[keep, None]
         outside_virtual = int((~inside & cloud.is_virtual).sum())
         stats = dict(num_virtual_points=fg.point_index.numel(), num_virtual_outside_grid=outside_virtual,
                      num_real_outside_grid=int(cloud.xyz.shape[0] - included.numel()) - outside_virtual,
@@ -126,35 +121,31 @@ class FSDv2Lite(SparseDetectorBase):
         """Fixed-shape :meth:`instances`: ``static_voxelize`` of real + virtual points, in-graph mixer rulebooks."""
         bounds = self.bounds['max_virtual_voxels']
         n, p = points.shape[0], fg.point_index.shape[0]
-        with stage('virtual_voxels'):
-            num_points = torch.as_tensor(num_points, device=points.device).reshape(())
-            cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], points, batch, fg, padded=True)
-            order = valid_first(num_points, fg.num_valid, n, p)
-            xyz, feats = cloud.xyz.index_select(0, order), cloud.feats.index_select(0, order)
-            vox = static_voxelize(xyz.detach(), num_points + fg.num_valid, self.virtual_vfe.voxel_size,
-                                  self.virtual_vfe.point_range, bounds[0], batch=cloud.batch.index_select(0, order),
-                                  batch_size=batch_size, dense_keys=True, strict=strict,
-                                  bound_name='max_virtual_voxels[0]')
-            voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), vox.point2voxel, vox.voxel_coors,
-                                              padded=True)
-        with stage('mixer_rulebooks'):
-            nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
-                                                          ops=GraphRulebookOps(batch_size),
-                                                          bound_name='max_virtual_voxels', strict=strict,
-                                                          inverse_maps='max_virtual_pairs' not in self.bounds)
-            pair_dropped = []
-            if 'max_virtual_pairs' in self.bounds:
-                nbrs, pair_dropped = self.mixer.build_pair_lists(nbrs, bounds, self.bounds['max_virtual_pairs'],
-                                                                 strict=strict, bound_name='max_virtual_pairs')
-        with stage('mixer'):
-            mixed = self.mixer.forward_rulebook(voxel_feats, nbrs, bounds if len(pair_dropped) else None)
-        with stage('virtual_voxels'):
-            virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
-            count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')
-            centre_sum = static_segment_reduce(xyz * virtual[:, None], vox.point2voxel, bounds[0], 'sum')
-            rows, num, _ = mask_to_padded_index(count > 0, bounds[0])
-            ref = gather_rows(centre_sum, rows) / gather_rows(count, rows).clamp(min=1)[:, None]
-            inst_batch = gather_rows(vox.voxel_coors[:, 0], rows)
+        num_points = torch.as_tensor(num_points, device=points.device).reshape(())
+        cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], points, batch, fg, padded=True)
+        order = valid_first(num_points, fg.num_valid, n, p)
+        xyz, feats = cloud.xyz.index_select(0, order), cloud.feats.index_select(0, order)
+        vox = static_voxelize(xyz.detach(), num_points + fg.num_valid, self.virtual_vfe.voxel_size,
+                              self.virtual_vfe.point_range, bounds[0], batch=cloud.batch.index_select(0, order),
+                              batch_size=batch_size, dense_keys=True, strict=strict,
+                              bound_name='max_virtual_voxels[0]')
+        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), vox.point2voxel, vox.voxel_coors,
+                                          padded=True)
+        nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
+                                                      ops=GraphRulebookOps(batch_size),
+                                                      bound_name='max_virtual_voxels', strict=strict,
+                                                      inverse_maps='max_virtual_pairs' not in self.bounds)
+        pair_dropped = []
+        if 'max_virtual_pairs' in self.bounds:
+            nbrs, pair_dropped = self.mixer.build_pair_lists(nbrs, bounds, self.bounds['max_virtual_pairs'],
+                                                             strict=strict, bound_name='max_virtual_pairs')
+        mixed = self.mixer.forward_rulebook(voxel_feats, nbrs, bounds if len(pair_dropped) else None)
+        virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
+        count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')
+        centre_sum = static_segment_reduce(xyz * virtual[:, None], vox.point2voxel, bounds[0], 'sum')
+        rows, num, _ = mask_to_padded_index(count > 0, bounds[0])
+        ref = gather_rows(centre_sum, rows) / gather_rows(count, rows).clamp(min=1)[:, None]
+        inst_batch = gather_rows(vox.voxel_coors[:, 0], rows)
         valid = torch.arange(bounds[0], device=points.device) < num
         dropped = torch.stack([vox.num_dropped] + [d.to(vox.num_dropped) for d in dropped[1:]]
                               + [d.to(vox.num_dropped) for d in pair_dropped])

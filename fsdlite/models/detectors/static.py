@@ -30,7 +30,6 @@ from fsdlite.utils.compat import spconv_available
 
 from ..layers.sparse_block import is_spconv_module
 
-from .stages import stage
 
 
 class StaticInputs(NamedTuple):
@@ -212,31 +211,30 @@ class StaticDetectorMixin:
         self._require_bounds()
         strict = True if strict is None else strict
         levels = self.bounds['max_voxels']
-        with stage('pre_ops'):
-            points, drop_p = pad_to_bound(inputs['points'], self.bounds['max_points'], 'max_points', strict=strict)
-            batch, _ = pad_to_bound(inputs['batch'], points.bound, 'max_points', strict=False)
-            coors, drop_v = pad_to_bound(inputs['voxel_coors'], levels[0], 'max_voxels[0]', strict=strict)
-            p2v = inputs['point2voxel'][:points.bound]
-            p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
-            p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
-            if self.uses_pair_lists() and maps is None:
-                maps = self.first_stage_rulebooks(inputs, strict=False)
-            if isinstance(maps, ExactRulebooks) and not any(n > b for n, b in zip(maps.needed, levels)):
-                nbrs, drop_pairs = self.backbone.pair_lists_from_exact(maps.convs, levels, self.bounds['max_pairs'],
-                                                                       strict=strict)
-                dropped = [drop_p, drop_v.to(drop_p)] + [drop_p.new_zeros(()) for _ in levels[1:]]
+        points, drop_p = pad_to_bound(inputs['points'], self.bounds['max_points'], 'max_points', strict=strict)
+        batch, _ = pad_to_bound(inputs['batch'], points.bound, 'max_points', strict=False)
+        coors, drop_v = pad_to_bound(inputs['voxel_coors'], levels[0], 'max_voxels[0]', strict=strict)
+        p2v = inputs['point2voxel'][:points.bound]
+        p2v = torch.where(p2v < coors.bound, p2v, torch.full_like(p2v, coors.bound))
+        p2v = torch.cat([p2v, p2v.new_full((points.bound - p2v.shape[0],), coors.bound)])
+        if self.uses_pair_lists() and maps is None:
+            maps = self.first_stage_rulebooks(inputs, strict=False)
+        if isinstance(maps, ExactRulebooks) and not any(n > b for n, b in zip(maps.needed, levels)):
+            nbrs, drop_pairs = self.backbone.pair_lists_from_exact(maps.convs, levels, self.bounds['max_pairs'],
+                                                                   strict=strict)
+            dropped = [drop_p, drop_v.to(drop_p)] + [drop_p.new_zeros(()) for _ in levels[1:]]
+            dropped += list(drop_pairs.to(drop_p))
+        else:  # neighbour maps (also the pair lists of a batch with a level beyond its bound: cut, counted)
+            if not isinstance(maps, RulebookMaps):
+                maps = self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
+            nbrs = self.backbone.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
+            dropped = [drop_p, drop_v.to(drop_p)] + [
+                check_bound(n, b, f'max_voxels[{s}]', strict=strict).to(drop_p)
+                for s, (n, b) in enumerate(zip(maps.needed, levels)) if s > 0]
+            if self.uses_pair_lists():
+                nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
+                                                                  strict=strict)
                 dropped += list(drop_pairs.to(drop_p))
-            else:  # neighbour maps (also the pair lists of a batch with a level beyond its bound: cut, counted)
-                if not isinstance(maps, RulebookMaps):
-                    maps = self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
-                nbrs = self.backbone.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
-                dropped = [drop_p, drop_v.to(drop_p)] + [
-                    check_bound(n, b, f'max_voxels[{s}]', strict=strict).to(drop_p)
-                    for s, (n, b) in enumerate(zip(maps.needed, levels)) if s > 0]
-                if self.uses_pair_lists():
-                    nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
-                                                                      strict=strict)
-                    dropped += list(drop_pairs.to(drop_p))
         dropped = torch.stack(dropped)
         return StaticInputs(points.data, batch.data, points.num_valid, p2v, coors.data, coors.num_valid,
                             tuple(nbrs), dropped)
@@ -244,13 +242,10 @@ class StaticDetectorMixin:
     # ------------------------------------------------------------------------------------ fixed-shape forward
     def extract_feat_static(self, points, point2voxel, voxel_coors, nbrs):
         """(N, C_neck) point features of padded points (VFE -> rulebook UNet -> neck)."""
-        with stage('vfe'):
-            voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
-        with stage('backbone'):
-            voxel_feats = self.backbone.forward_rulebook(
-                voxel_feats, nbrs, self.bounds['max_voxels'] if self.uses_pair_lists() else None)
-        with stage('neck_head'):
-            return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
+        voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
+        voxel_feats = self.backbone.forward_rulebook(
+            voxel_feats, nbrs, self.bounds['max_voxels'] if self.uses_pair_lists() else None)
+        return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
 
     def forward_static(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, nbrs, batch_size,
                        strict=None):
@@ -269,16 +264,13 @@ class StaticDetectorMixin:
         self._require_bounds()
         valid = valid_mask(num_points, points.shape[0], points.device)
         point_feats = self.extract_feat_static(points, point2voxel, voxel_coors, nbrs)
-        with stage('neck_head'):
-            seg = self.seg_head(point_feats)
-        with stage('fg_sampling'):
-            fg = self.fg_sampler.select_padded(seg['seg_logits'].sigmoid(), seg['vote_codes'], points[:, :3], batch,
-                                               valid, batch_size, self.bounds['max_fg_points'], strict=strict)
+        seg = self.seg_head(point_feats)
+        fg = self.fg_sampler.select_padded(seg['seg_logits'].sigmoid(), seg['vote_codes'], points[:, :3], batch,
+                                           valid, batch_size, self.bounds['max_fg_points'], strict=strict)
         inst = self.static_instances(points, batch, num_points, point_feats, seg, fg, batch_size, strict)
-        with stage('box_head'):
-            cls_logits, box_codes = self.bbox_head(inst.feats)
-            sel = self.bbox_head.select_padded(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, inst.valid,
-                                               self.bounds['max_boxes'], strict=strict)
+        cls_logits, box_codes = self.bbox_head(inst.feats)
+        sel = self.bbox_head.select_padded(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, inst.valid,
+                                           self.bounds['max_boxes'], strict=strict)
         dropped = torch.cat([fg.dropped.to(sel['dropped']), inst.dropped.to(sel['dropped']), sel['dropped'].view(1)])
         return dict(boxes=sel['boxes'], scores=sel['scores'], labels=sel['labels'], batch=sel['batch'],
                     num_boxes=sel['num_boxes'], dropped=dropped, seg_logits=seg['seg_logits'], cls_logits=cls_logits,
@@ -301,8 +293,7 @@ class StaticDetectorMixin:
         _, out = self.run_static(inputs)
         n = int(out['num_boxes'])
         boxes, scores, labels, batch = (out[k][:n] for k in ('boxes', 'scores', 'labels', 'batch'))
-        with stage('nms'):
-            keep = self.bbox_head.nms(boxes, scores, labels, batch)
+        keep = self.bbox_head.nms(boxes, scores, labels, batch)
         return self.to_samples(boxes[keep], scores[keep], labels[keep], batch[keep], inputs['batch_size'],
                                data_samples)
 

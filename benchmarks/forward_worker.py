@@ -1,7 +1,8 @@
-"""Worker for peak-memory measurement in a fresh process (``benchmarks/_harness.run_isolated``).
+"""Worker for peak-memory measurement in a fresh process (``_harness.run_isolated``, run as a script).
 
-:func:`forward_work` builds a model from a config (+ checkpoint) and a sample batch, and returns the
-measured call: one ``predict`` forward without gradients.
+Used by ``benchmarks/slim.py`` and the memory column of ``tools/slim.py``. :func:`forward_work` builds a model from
+a config (+ checkpoint) and a sample batch, and returns the measured call: one ``predict`` forward without
+gradients.
 """
 
 
@@ -12,7 +13,7 @@ def forward_work(config, checkpoint=None, cfg_options=None, sample_indices=(0,),
     from fsdlite.engine.tool_setup import load_config
     from fsdlite.registry import MODELS
 
-    from fsdlite.slim.configio import load_into, load_state_dict  # absolute: loaded by file path
+    from fsdlite.slim.configio import load_into, load_state_dict
     from fsdlite.slim.sample import build_sample
 
     torch.set_num_threads(int(threads))
