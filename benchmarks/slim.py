@@ -9,7 +9,7 @@ Every variant is measured on the same samples (batch 1, one torch thread): MACs 
 config's val set; latency = mean over the first ``--latency-frames`` val items of the median of ``--repeat``
 predict forwards (in ``torch.inference_mode``), for the slimmed weights before and after the fine-tune, all
 variants of a family timed together at the end in turns (round robin over frames and repeats, so machine load hits
-them alike) in a fresh process (after the fine-tunes the benchmark's own process runs every model 5-15 % slower, unevenly) (a
+them alike) in a fresh process (after the fine-tunes the benchmark's own process runs the models slower, unevenly) (a
 detector's later stages depend on what it predicts, so the fine-tuned latency is the one that counts; the
 speed-up uses it); peak memory = RSS growth of one predict forward in a fresh process
 (``_harness.run_isolated``). The metric is the config's test evaluator on a held-out set (FSD-lite: 3D mAP
@@ -49,10 +49,10 @@ import _harness as h
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / 'benchmarks' / 'forward_worker.py'
 FAMILIES = {
-    # FSD-lite w0.5 fine-tune: 4500 iterations at 4e-3 with seg_head distillation, 14.0 CPU min (see the docstring)
+    # FSD-lite w0.5 fine-tune: 4500 iterations at 4e-3 with seg_head distillation (its runs: docs/benchmarks.md)
     'fsd': dict(config='configs/fsd/fsdlite_synthetic.py', metric='det/3D_mAP', finetune=4500, finetune_lr=4e-3,
-                # 300 frames of the 'test' split (never seen in training or validation): on the config's 50 val
-                # frames, fine-tunes whose 300-frame scores agree within 0.6 points spread over 4.5
+                # 300 frames of the 'test' split (never seen in training or validation): the config's 50 val
+                # frames are too few to tell fine-tunes apart (docs/benchmarks.md, History)
                 evaluation={'test_dataloader.dataset.split': 'test', 'test_dataloader.dataset.num_frames': 300},
                 distill='seg_head',   # the original teaches the slim variants' segmentation and votes
                 depth={'backbone.encoder_channels.2': 1, 'sir.block_channels': 2},

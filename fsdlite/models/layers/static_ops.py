@@ -71,7 +71,8 @@ def static_segment_reduce(src, index, num_segments, reduce='sum', valid=None):
         index = torch.where(valid, index, torch.full_like(index, m))
     shape = (m + 1,) + tuple(src.shape[1:])
     # Row-wise index_add / index_reduce: ONNX ScatterND with one index per row (ORT copies whole rows; the
-    # element-wise ScatterElements of scatter_add/scatter_reduce with an expanded index is ~40x slower).
+    # element-wise ScatterElements of scatter_add/scatter_reduce with an expanded index is far slower: see
+    # docs/benchmarks.md, History).
     if reduce in ('sum', 'mean'):
         out = torch.zeros(shape, dtype=src.dtype, device=src.device).index_add(0, index, src)
     else:
