@@ -1,8 +1,7 @@
 # FSD-lite on KITTI-format data, fixed-shape mode (same model and weights as fsdlite_kitti.py; training always
-# runs the dynamic path).  The bounds have about 2x headroom over the one real frame measured
-#   python tools/collect_bounds.py configs/fsd/fsdlite_kitti.py   (000008: 16,897 points in range, voxels
-#   [4212, 3451, 1482], 249 clusters with random weights, 3 propagation iterations, rulebook pairs
-#   [34764, 14374, 47889, 10960, 22374])
+# runs the dynamic path).  The bounds have about 2x headroom over what
+#   python tools/collect_bounds.py configs/fsd/fsdlite_kitti.py
+# measured on KITTI frame 000008 with random weights.
 # Measure them on your KITTI split with a trained checkpoint (--checkpoint) before deploying.
 _base_ = ['./fsdlite_kitti.py']
 

@@ -3,8 +3,7 @@
 # bounds (fsdlite/models/detectors/static.py).  Measured by
 #   python tools/collect_bounds.py configs/fsd/fsdlite_synthetic.py --num-frames 20
 # (random weights, margin 1.2); max_boxes covers every cluster and max_cc_iters has headroom, since a trained
-# model's foreground differs (a 6000-iteration checkpoint needs 3 on 20 frames). Re-measure with --checkpoint
-# for a trained model.
+# model's foreground differs. Re-measure with --checkpoint for a trained model.
 _base_ = ['./fsdlite_synthetic.py']
 
 model = dict(

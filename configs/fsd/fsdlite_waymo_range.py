@@ -3,8 +3,8 @@
 # x, y, z only: a zero intensity column is appended). Used by benchmarks/fsd_latency.py; no dataset.
 # The bounds serve static=True (set model.static=True); they were measured on that frame with random weights
 # (benchmarks/fsd_latency.py --measure) and a 1.2 margin -- re-measure with tools/collect_bounds.py and a
-# trained checkpoint for real data. max_clusters / max_boxes / max_cc_iters were rounded up from 491 / 0 / 3
-# (random weights give no box above the 0.1 score threshold).
+# trained checkpoint for real data. max_clusters / max_boxes / max_cc_iters are rounded up (random weights give
+# no box above the 0.1 score threshold).
 _base_ = ['./fsdlite_model.py']
 
 point_range = [-80.0, -80.0, -2.0, 80.0, 80.0, 6.0]

@@ -1,8 +1,7 @@
 # FSDv2-lite on KITTI-format data, fixed-shape mode (same model and weights as fsdv2lite_kitti.py; training
-# always runs the dynamic path).  The bounds have about 2x headroom over the one real frame measured
-#   python tools/collect_bounds.py configs/fsdv2/fsdv2lite_kitti.py   (000008: 16,897 points in range, voxels
-#   [4212, 3451, 1482], virtual voxels [2402, 1760, 761] with random weights, rulebook pairs
-#   [34764, 14374, 47889, 10960, 22374], mixer pairs [21512, 8320, 24892, 5718, 11843])
+# always runs the dynamic path).  The bounds have about 2x headroom over what
+#   python tools/collect_bounds.py configs/fsdv2/fsdv2lite_kitti.py
+# measured on KITTI frame 000008 with random weights.
 # Measure them on your KITTI split with a trained checkpoint (--checkpoint) before deploying.
 _base_ = ['./fsdv2lite_kitti.py']
 
