@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from fsdlite.models.detectors.static import PRE_OP_BOUNDS, dynamic_path
+from fsdlite.models.layers.sparse_conv import PAIR_TILE
 from fsdlite.structures.bounds import merge_max
 
 from ..registry import DEPLOY_ADAPTERS
@@ -153,11 +154,10 @@ class DetectorAdapter(DeployAdapter):
         if self.model.uses_pair_lists():
             meaning = ('(3, P) int64 pair list of sparse conv #{i} of the first-stage UNet (execution order): input '
                        'row (V_in = dump), output row (V_out = dump) and kernel offset of each pair, grouped by '
-                       'offset into tiles of {tile} rows (fsdlite.models.layers.pair_conv)')
+                       'offset into tiles of {tile} rows (a padded fsdlite.models.layers.sparse_conv.KernelMap)')
         else:
             meaning = ('(V_s, K) int64 neighbour map of sparse conv #{i} of the first-stage UNet (execution order): '
                        'input row per output voxel and kernel offset, V_in = dump')
-        from fsdlite.models.layers.pair_conv import PAIR_TILE
         maps = {f'nbr_{i:02d}': meaning.format(i=i, tile=PAIR_TILE) for i in range(self._count_maps())}
         return dict(FIXED_INPUTS, **maps)
 

@@ -17,7 +17,7 @@ configs) builds its exact first-stage rulebooks once per input (``StaticDetector
 it knows what every UNet level and pair slot needs before it picks a tier, and tiles them for the tier it picks.
 A detector on neighbour maps first tries the smallest tier whose points and input voxels fit; when a deeper level
 overflows, it builds the maps once at the full bounds, counts what every level needs, and cuts the maps to the
-chosen tier's bounds (``SparseUNet.shrink_rulebooks``) instead of trying tier after tier.  When the graph of the
+chosen tier's bounds (``ConvPlan.shrink_rulebooks``) instead of trying tier after tier.  When the graph of the
 chosen tier drops items in a scaled in-graph bound, the input runs again on the next tier (:func:`run_on_tiers`).
 A tier only changes padding, so it returns what ``model.onnx`` returns on the same input (the per-point / per-voxel
 outputs have the tier's row count).

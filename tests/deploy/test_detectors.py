@@ -71,8 +71,8 @@ def test_eager_runs_the_default_backend_and_predicts_like_the_reference(fsd_expo
     from fsdlite.models.backbones import SparseUNet
     _, adapter, _, _ = prepare(fsd_export.out_dir / 'config.py', 'random', frames=[kitti_frame])
     fused = []
-    original = SparseUNet.forward_fused
-    monkeypatch.setattr(SparseUNet, 'forward_fused', lambda self, *a: fused.append(1) or original(self, *a))
+    original = SparseUNet._forward_fused
+    monkeypatch.setattr(SparseUNet, '_forward_fused', lambda self, *a: fused.append(1) or original(self, *a))
     reference = adapter.reference(kitti_frame.data)
     assert not fused
     eager = adapter.eager(kitti_frame.data)

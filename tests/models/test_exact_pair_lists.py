@@ -1,4 +1,4 @@
-"""Pair lists straight from the exact offset-grouped pairs (``SparseUNet.exact_rulebooks`` ->
+"""Pair lists straight from the exact kernel maps (``ConvPlan.exact_kernel_maps`` ->
 ``pair_lists_from_exact``, ``layers.pair_conv.pairs_from_offset_pairs``), the deploy pre-ops' path: the same lists,
 pair counts and drops as the neighbour-map path (``build_rulebooks`` -> ``build_pair_lists``), on unsorted voxels,
 with pair bounds that hold and with too few pairs (truncated and counted, or raised)."""
@@ -24,36 +24,43 @@ def unet_and_voxels(seed, count):
 @pytest.mark.parametrize('seed, count', [(0, 600), (1, 1200)])
 def test_exact_pair_lists_equal_the_map_built_ones(seed, count):
     unet, coors = unet_and_voxels(seed, count)
-    convs, level_coors = unet.exact_rulebooks(coors)
+    plan = unet.conv_plan()
+    convs, level_coors = plan.exact_kernel_maps(coors)
     levels = [count + 17] + [c.shape[0] + 5 for c in level_coors[1:]]  # every level fits, with padding rows
     padded = torch.cat([coors, torch.zeros(17, 4, dtype=torch.long)])
-    nbrs, counts, dropped = unet.build_rulebooks(padded, count, levels, inverse_maps=False)
+    nbrs, counts, dropped = plan.build_rulebooks(padded, count, levels, inverse_maps=False)
     assert [int(c) for c in counts] == [c.shape[0] for c in level_coors] and int(sum(dropped)) == 0
-    needed = unet.count_pairs(nbrs, levels)
-    assert torch.equal(unet.exact_pair_counts(convs), needed) and int(needed.min()) > 0
+    needed = plan.count_pairs(nbrs, levels)
+    assert torch.equal(plan.exact_pair_counts(convs), needed) and int(needed.min()) > 0
     short = [1] * len(needed)  # the pairs beyond each slot's capacity are lost, highest offsets first
     for max_pairs in (needed.tolist(), (needed + 300).tolist(), short):
-        by_maps, drop_maps = unet.build_pair_lists(nbrs, levels, max_pairs, strict=False)
-        exact, drop_exact = unet.pair_lists_from_exact(convs, levels, max_pairs, strict=False)
+        by_maps, drop_maps = plan.build_pair_lists(nbrs, levels, max_pairs, strict=False)
+        exact, drop_exact = plan.pair_lists_from_exact(convs, levels, max_pairs, strict=False)
         assert torch.equal(drop_exact, drop_maps) and len(exact) == len(by_maps)
         assert all(torch.equal(a, b) for a, b in zip(exact, by_maps))
     assert int(drop_exact.sum()) > 0
     with pytest.raises(BoundExceededError, match=r'max_pairs\[0\]'):  # strict: the first slot over its bound
-        unet.pair_lists_from_exact(convs, levels, short, strict=True)
+        plan.pair_lists_from_exact(convs, levels, short, strict=True)
     with pytest.raises(ValueError, match='max_pairs needs 5 entries'):
-        unet.pair_lists_from_exact(convs, levels, [100])
+        plan.pair_lists_from_exact(convs, levels, [100])
 
 
-def test_exact_rulebooks_keep_the_input_row_order_of_level_zero():
+def test_exact_kernel_maps_keep_the_input_row_order_of_level_zero():
     unet, coors = unet_and_voxels(3, 500)
-    convs, levels = unet.exact_rulebooks(coors)
+    plan = unet.conv_plan()
+    maps, levels = plan.exact_kernel_maps(coors)
     assert torch.equal(levels[0], coors)
-    kind, pairs, _, level, _ = convs[0]
-    assert kind == 'subm' and level == 0
+    assert plan.geometries[0].kind == 'subm' and plan.levels[0] == 0
     reference = subm_offset_pairs(coors, unet.sparse_shape, 3)
-    assert torch.equal(pairs.pairs, reference.pairs) and torch.equal(pairs.offset_starts, reference.offset_starts)
-    inverse = [c for c in convs if c[0] == 'inverse']
-    assert inverse and all(c[1] is None and convs[c[2]][0] == 'conv' for c in inverse)
+    assert torch.equal(maps[0].pairs, reference.pairs) and torch.equal(maps[0].offset_starts, reference.offset_starts)
+    assert (maps[0].num_in, maps[0].num_out) == (500, 500) and not maps[0].is_padded
+    kinds = [g.kind for g in plan.geometries]
+    inverse = [i for i, k in enumerate(kinds) if k == 'inverse']
+    assert inverse
+    for i in inverse:  # the strided conv of the same level, its pairs swapped
+        j = next(j for j, (k, s) in enumerate(zip(kinds, plan.levels)) if k == 'conv' and s == plan.levels[i])
+        assert torch.equal(maps[i].pairs, maps[j].pairs.flip(0)) and maps[i].offset_starts is maps[j].offset_starts
+        assert (maps[i].num_in, maps[i].num_out) == (maps[j].num_out, maps[j].num_in)
 
 
 def test_pairs_from_offset_pairs_of_no_pairs_and_bad_shapes():
@@ -73,10 +80,11 @@ def test_pairs_from_offset_pairs_of_no_pairs_and_bad_shapes():
 
 def test_exact_pair_lists_of_no_voxels_hold_only_dumps():
     unet, _ = unet_and_voxels(0, 1)
-    convs, levels = unet.exact_rulebooks(torch.zeros(0, 4, dtype=torch.long))
-    assert [c.shape[0] for c in levels] == [0, 0, 0] and int(unet.exact_pair_counts(convs).sum()) == 0
+    plan = unet.conv_plan()
+    convs, levels = plan.exact_kernel_maps(torch.zeros(0, 4, dtype=torch.long))
+    assert [c.shape[0] for c in levels] == [0, 0, 0] and int(plan.exact_pair_counts(convs).sum()) == 0
     bounds = [6, 4, 2]
-    lists, dropped = unet.pair_lists_from_exact(convs, bounds, [10] * 5)
-    for pairs, (_, _, num_in, num_out) in zip(lists, unet.rulebook_layout(bounds)):
+    lists, dropped = plan.pair_lists_from_exact(convs, bounds, [10] * 5)
+    for pairs, (_, _, num_in, num_out) in zip(lists, plan.rulebook_layout(bounds)):
         assert (pairs[0] == num_in).all() and (pairs[1] == num_out).all()
     assert int(dropped.sum()) == 0

@@ -1,4 +1,5 @@
-"""Pair-list sparse convolution (fsdlite.models.layers.pair_conv): equality with the dense neighbour-map conv
+"""Pair lists (fsdlite.models.layers.pair_conv) run as padded kernel maps by ``layers.sparse_conv.sparse_conv``:
+equality with the dense neighbour-map conv
 (itself tested against spconv and F.conv3d), pair-list properties, bounds (raise / truncate and count),
 gradients, bad inputs, a SparseUNet run on pair lists, ONNX export to Gather / MatMul / ScatterND."""
 import numpy as np
@@ -11,10 +12,17 @@ from hypothesis import strategies as st
 
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.backbones import SparseUNet
-from fsdlite.models.layers.pair_conv import pair_capacity, pair_conv, pairs_from_nbr, traced_pairs
+from fsdlite.models.layers.pair_conv import pairs_from_nbr, traced_pairs
+from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook, kernel_matrices, rulebook_conv
+from fsdlite.models.layers.sparse_conv import PAIR_TILE, KernelMap, pair_capacity, sparse_conv
 from fsdlite.ops import rulebook_pairs
-from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook, rulebook_conv
 from fsdlite.structures.bounds import BoundExceededError
+
+
+def pair_conv(feats, pairs, weight, num_out, bias=None, one_by_one=False, tile=PAIR_TILE):
+    """:func:`sparse_conv` over a (3, P) pair list read as a padded kernel map, spconv's weight layout."""
+    kmap = KernelMap.padded(pairs, feats.shape[0], num_out, tile)
+    return sparse_conv(feats, kmap, kernel_matrices(weight, one_by_one), bias)
 
 
 def random_map(vout, vin, kv, fill, seed):
@@ -143,9 +151,9 @@ def test_invalid_arguments():
     nbr = random_map(20, 15, 27, 0.3, seed=6)
     pairs = pairs_from_nbr(nbr, 15, 300).pairs
     weight = torch.randn(4, 3, 3, 3, 2)
-    with pytest.raises(ValueError, match=r'feats must have shape \(Vin, 2\)'):
+    with pytest.raises(ValueError, match=r'x must have shape \(Vin, 2\)'):
         pair_conv(torch.randn(15, 3), pairs, weight, 20)
-    with pytest.raises(ValueError, match='pairs must have shape'):
+    with pytest.raises(ValueError, match='pair list must have shape'):
         pair_conv(torch.randn(15, 2), pairs[:, :5], weight, 20)
     with pytest.raises(ValueError, match=r'pairs\[1\] \(output rows\) contains 20, expected values in \[0, 11\)'):
         pair_conv(torch.randn(15, 2), pairs, weight, 10)
@@ -169,28 +177,29 @@ def test_sparse_unet_runs_the_same_on_pair_lists():
     levels = [320, 300, 200]
     padded = torch.cat([coors, torch.zeros(20, 4, dtype=torch.long)])
     feats = torch.randn(320, 5, generator=g)
+    plan = unet.conv_plan()
     with torch.no_grad():
-        nbrs, _, _ = unet.build_rulebooks(padded, 300, levels)
-        needed = unet.count_pairs(nbrs, levels)
-        lists, dropped = unet.build_pair_lists(nbrs, levels, needed.tolist())
+        nbrs, _, _ = plan.build_rulebooks(padded, 300, levels)
+        needed = plan.count_pairs(nbrs, levels)
+        lists, dropped = plan.build_pair_lists(nbrs, levels, needed.tolist())
         assert len(lists) == len(nbrs) and int(dropped.sum()) == 0
-        dense = unet.forward_rulebook(feats, nbrs)
-        paired = unet.forward_rulebook(feats, lists, levels)
+        dense = unet(feats, kernel_maps=nbrs)
+        paired = unet(feats, kernel_maps=plan.padded_kernel_maps(lists, levels))
         eager = unet(feats[:300], coors, 2)
     torch.testing.assert_close(paired[:300], dense[:300], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(paired[:300], eager, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match='max_pairs needs 5 entries'):
-        unet.build_pair_lists(nbrs, levels, [100])
+        plan.build_pair_lists(nbrs, levels, [100])
     # the pre-ops leave the inverse maps out: same counts, same pair lists
-    lean, _, _ = unet.build_rulebooks(padded, 300, levels, inverse_maps=False)
-    kinds = [kind for kind, *_ in unet.rulebook_layout(levels)]
+    lean, _, _ = plan.build_rulebooks(padded, 300, levels, inverse_maps=False)
+    kinds = [kind for kind, *_ in plan.rulebook_layout(levels)]
     assert [m is None for m in lean] == [k == 'inverse' for k in kinds] and 'inverse' in kinds
-    assert torch.equal(unet.count_pairs(lean, levels), needed)
-    lean_lists, _ = unet.build_pair_lists(lean, levels, needed.tolist())
+    assert torch.equal(plan.count_pairs(lean, levels), needed)
+    lean_lists, _ = plan.build_pair_lists(lean, levels, needed.tolist())
     assert all(torch.equal(a, b) for a, b in zip(lean_lists, lists))
     subm_missing = [None if k == 'subm' else m for k, m in zip(kinds, nbrs)]
     with pytest.raises(ValueError, match=r'the map of a subm conv \(slot 0\) is missing'):
-        unet.build_pair_lists(subm_missing, levels, needed.tolist())
+        plan.build_pair_lists(subm_missing, levels, needed.tolist())
 
 
 def test_onnx_export_uses_gather_matmul_scatternd(tmp_path):

@@ -116,10 +116,10 @@ def test_fsdlite_backend_matches_spconv_on_scattered_voxels():
     feats, coors = _voxels(40, 6)
     got = ours(feats, coors, 2)
     assert torch.allclose(got, theirs(feats, coors, 2), atol=1e-5)
-    plan, order = ours.offset_pairs(coors)
+    plan = ours.conv_plan()
+    maps, order = plan.sorted_kernel_maps(coors)
     assert order is not None  # random row order: sorted first
-    strided_outputs = [rows for (pairs, rows, _), (block, _) in zip(plan, ours._blocks())
-                       if not block[0].subm and not block[0].inverse]
+    strided_outputs = [kmap.num_out for kmap, g in zip(maps, plan.geometries) if g.kind == 'conv']
     assert strided_outputs[0] > 2 * 40
 
 

@@ -1,15 +1,20 @@
-"""Sparse 3D UNet (spconv's layers or fsdlite's own) whose output voxel set (and row order) equals its input."""
+"""Sparse 3D UNet (spconv's layers or fsdlite's own) whose output voxel set (and row order) equals its input.
+
+A plain stack of conv blocks: the kernel maps come from :class:`~fsdlite.models.layers.conv_plan.ConvPlan`
+(:meth:`SparseUNet.conv_plan`), the convolutions from :func:`~fsdlite.models.layers.sparse_conv.sparse_conv` or spconv.
+"""
 import torch
 from torch import nn
 
-from fsdlite.ops import (OffsetPairs, conv_offset_pairs, conv_output_shape, sparse_conv, subm_offset_pairs,
-                         voxel_keys)
 from fsdlite.registry import MODELS
-from fsdlite.utils.constants import const
 
+from ..layers.bn_fold import run_conv_norm_act
 from ..layers.channels import stage_channels
+from ..layers.conv_plan import ConvPlan
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
+from ..layers.rulebook_conv import kernel_matrices, rulebook_conv_forward
 from ..layers.sparse_block import choose_conv_backend, sparse_conv_block, sparse_sequential, to_sparse_tensor
+from ..layers.sparse_conv import conv_module_forward, sparse_conv
 from ..layers.voxel_geometry import voxel_grid
 
 
@@ -109,22 +114,30 @@ class SparseUNet(nn.Module):
             prev = up
         self.out_channels = prev
 
-    def forward(self, voxel_feats, voxel_coors, batch_size):
-        """Run the UNet.
+    def forward(self, voxel_feats, voxel_coors=None, batch_size=None, kernel_maps=None):
+        """Run the UNet on voxels (dynamic) or on given kernel maps (fixed shapes).
 
         Args:
-            voxel_feats (Tensor): (V, in_channels) float features (V >= 1).
-            voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
-            batch_size (int): B.
+            voxel_feats (Tensor): (V, in_channels) float features (V >= 1); padded to ``max_voxels[0]`` rows with
+                ``kernel_maps``.
+            voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows (dynamic run).
+            batch_size (int): B (dynamic run).
+            kernel_maps (Sequence, optional): fixed-shape run: one map per conv in execution order
+                (:meth:`conv_plan`), each a padded :class:`~fsdlite.models.layers.sparse_conv.KernelMap`
+                (``ConvPlan.padded_kernel_maps``) or a (V_out, K) neighbour map (``ConvPlan.build_rulebooks``);
+                every conv then runs in standard ops, spconv's weights unchanged.
         Returns:
-            Tensor: (V, out_channels) features, row ``i`` belonging to ``voxel_coors[i]``.
+            Tensor: (V, out_channels) features, row ``i`` belonging to ``voxel_coors[i]`` (with ``kernel_maps``:
+            row-aligned with the padded input, padding rows unspecified).
         """
+        if kernel_maps is not None:
+            return self._forward_maps(voxel_feats, kernel_maps)
         if voxel_feats.dim() != 2 or voxel_feats.shape[1] != self.in_channels:
             raise ValueError(f'voxel_feats must have shape (V, {self.in_channels}), got {tuple(voxel_feats.shape)}')
         if voxel_feats.shape[0] == 0:
             raise ValueError('SparseUNet needs at least one voxel (V >= 1); callers must handle empty batches')
         if self.resolved_conv_backend(voxel_feats) == 'fsdlite':
-            return self.forward_fused(voxel_feats, voxel_coors)
+            return self._forward_fused(voxel_feats, voxel_coors)
         x = self.conv_input(to_sparse_tensor(voxel_feats, voxel_coors, self.sparse_shape, batch_size))
         skips = []
         for stage in self.encoder:
@@ -143,9 +156,8 @@ class SparseUNet(nn.Module):
         ``voxel_feats`` (:func:`~fsdlite.models.layers.sparse_block.choose_conv_backend`)."""
         return choose_conv_backend(self.conv_backend, self.conv_input, voxel_feats.device)
 
-    # ----------------------------------------------------------------------------- fixed-shape (static) path
-    def _blocks(self):
-        """``(block, level)`` of every conv block in execution order (the order of the neighbour maps)."""
+    def conv_blocks(self):
+        """``(block, level)`` of every conv block in execution order (the order of the kernel maps)."""
         yield self.conv_input, 0
         for s, stage in enumerate(self.encoder):
             for block in stage:
@@ -157,306 +169,41 @@ class SparseUNet(nn.Module):
             yield merge, s
             yield upsample, s
 
-    def build_rulebooks(self, voxel_coors, num_voxels, max_voxels, ops=None, bound_name='max_voxels', strict=None,
-                        inverse_maps=True):
-        """Neighbour maps of every conv for padded input voxels (spconv's rulebooks as padded index tensors).
+    def conv_plan(self):
+        """The :class:`~fsdlite.models.layers.conv_plan.ConvPlan` of this UNet's convs (builds its kernel maps)."""
+        return ConvPlan([(block[0], level) for block, level in self.conv_blocks()], self.sparse_shape,
+                        len(self.encoder))
 
-        Args:
-            voxel_coors (Tensor): (V0, 4) int64 ``[b, z, y, x]``, rows ``< num_voxels`` unique (padding: 0).
-            num_voxels (int | Tensor): valid input voxels.
-            max_voxels (Sequence[int]): voxel bound of every level (entry 0 = V0; entry s bounds the
-                output of the stride-2 conv of encoder stage s).
-            ops: rulebook implementation (default ``fsdlite.ops``, eager; see
-                :func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`).
-            bound_name (str): name of the level bounds in overflow errors (``'max_voxels[s]'``).
-            strict (bool, optional): raise when a level needs more voxels than its bound (default: eager mode);
-                False keeps the first ``max_voxels[s]`` and counts the rest (deploy pre-ops).
-            inverse_maps (bool): build the maps of the inverse convs; False leaves ``None`` in their places (pair
-                lists take the strided conv's pairs, swapped: :meth:`build_pair_lists`, :meth:`count_pairs`).
-        Returns:
-            tuple: list of (V_level, K) int64 neighbour maps in execution order (the input of
-            :meth:`forward_rulebook`), list of () int64 voxel counts per level, and list of () int64 voxels
-            dropped per level (non-zero only when not strict).
-        Raises:
-            BoundExceededError: (strict) a level needs more voxels than ``max_voxels[s]``.
-        """
-        from ..layers.rulebook_conv import build_rulebook, conv_geometry
-        if len(max_voxels) != len(self.encoder):
-            raise ValueError(f'max_voxels needs one bound per UNet level ({len(self.encoder)}), got {list(max_voxels)}')
-        num = num_voxels if isinstance(num_voxels, torch.Tensor) else torch.tensor(int(num_voxels))
-        levels = [(voxel_coors, num.to(voxel_coors.device).reshape(()), tuple(self.sparse_shape))]
-        cache, nbrs, dropped = {}, [], [torch.zeros((), dtype=torch.long, device=voxel_coors.device)]
-        for block, s in self._blocks():
-            conv = block[0]
-            kind = conv_geometry(conv).kind
-            level = s - 1 if kind == 'conv' else s
-            if kind == 'inverse' and not inverse_maps:
-                nbrs.append(None)
-                continue
-            rb = build_rulebook(conv, *levels[level], cache=cache, max_out=max_voxels[s], ops=ops,
-                                bound_name=f'{bound_name}[{s}]', strict=strict)
-            if kind == 'conv':
-                levels.append((rb.out_coors, rb.num_valid_out, rb.out_spatial_shape))
-                dropped.append(rb.num_dropped)
-            nbrs.append(rb.nbr)
-        return nbrs, [lv[1] for lv in levels], dropped
-
-    def shrink_rulebooks(self, nbrs, from_max_voxels, max_voxels):
-        """The maps of :meth:`build_rulebooks` built at level bounds ``from_max_voxels``, as built at the smaller
-        (or equal) ``max_voxels`` for the same voxels: rows cut to the new output bound and input rows at or beyond
-        the new input bound (the old dump among them) moved to the new dump.  Equal to building at ``max_voxels``
-        when every level's voxels fit it (the output voxels of a level keep their order whatever the bound).
-
-        Args:
-            nbrs (Sequence[Tensor | None]): the maps (execution order; shared maps stay shared).
-            from_max_voxels, max_voxels (Sequence[int]): level bounds, ``max_voxels[s] <= from_max_voxels[s]``.
-        Returns:
-            list: the maps at ``max_voxels`` (``None`` where the input had ``None``).
-        """
-        if len(max_voxels) != len(from_max_voxels) or any(int(a) > int(b) for a, b in zip(max_voxels,
-                                                                                           from_max_voxels)):
-            raise ValueError(f'shrink_rulebooks: max_voxels {list(max_voxels)} must have one entry per level, each '
-                             f'<= the bounds the maps were built at, {list(from_max_voxels)}')
-        layout = self.rulebook_layout(max_voxels)
-        if len(nbrs) != len(layout):
-            raise ValueError(f'shrink_rulebooks: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
-        if [int(a) for a in max_voxels] == [int(b) for b in from_max_voxels]:
-            return list(nbrs)
-        shrunk = {}
-        for nbr, (_, _, num_in, num_out) in zip(nbrs, layout):
-            if nbr is not None and id(nbr) not in shrunk:
-                shrunk[id(nbr)] = nbr[:num_out].clamp(max=num_in)
-        return [None if nbr is None else shrunk[id(nbr)] for nbr in nbrs]
-
-    def pair_slots(self):
-        """Entries of the ``max_pairs`` bound (2S - 1 for S levels): slot ``2s`` bounds the pairs of the
-        submanifold rulebook of level ``s``, slot ``2s - 1`` those of the strided conv into level ``s`` (its
-        inverse conv has the same pairs, transposed)."""
-        return 2 * len(self.encoder) - 1
-
-    def rulebook_layout(self, max_voxels):
-        """``(kind, pairs slot, input rows, output rows)`` of every conv in execution order (kind 'subm', 'conv' or
-        'inverse'; slots of :meth:`pair_slots`)."""
-        from ..layers.rulebook_conv import conv_geometry
-        layout = []
-        for block, s in self._blocks():
-            kind = conv_geometry(block[0]).kind
-            rows = {'subm': (s, s), 'conv': (s - 1, s), 'inverse': (s, s - 1)}[kind]
-            layout.append((kind, self._pair_slot(kind, s), max_voxels[rows[0]], max_voxels[rows[1]]))
-        return layout
-
-    @staticmethod
-    def _pair_slot(kind, level):
-        """:meth:`pair_slots` entry of a conv of ``kind`` in a block of UNet level ``level`` (a strided conv and its
-        inverse share the slot of the level the strided conv makes)."""
-        return 2 * level if kind == 'subm' else 2 * level - 1
-
-    def _check_pair_bounds(self, max_pairs, bound_name):
-        if len(max_pairs) != self.pair_slots():
-            raise ValueError(f'{bound_name} needs {self.pair_slots()} entries (submanifold map of each level and '
-                             f'strided map into each deeper level), got {list(max_pairs)}')
-
-    def count_pairs(self, nbrs, max_voxels):
-        """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of the maps of :meth:`build_rulebooks`."""
-        counts, seen = torch.zeros(self.pair_slots(), dtype=torch.long), set()
-        for nbr, (_, slot, num_in, _) in zip(nbrs, self.rulebook_layout(max_voxels)):
-            if nbr is not None and id(nbr) not in seen:  # a map left out (inverse) or shared is counted once
-                seen.add(id(nbr))
-                counts[slot] = torch.maximum(counts[slot], (nbr < num_in).sum().cpu())
-        return counts
-
-    def build_pair_lists(self, nbrs, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
-        """Pair lists (:mod:`~fsdlite.models.layers.pair_conv`) of the maps of :meth:`build_rulebooks`.
-
-        Args:
-            nbrs (Sequence[Tensor]): the neighbour maps (execution order; shared maps are converted once; inverse
-                maps may be ``None``).
-            max_voxels (Sequence[int]): the level bounds the maps were built with.
-            max_pairs (Sequence[int]): pair bound per :meth:`pair_slots` entry.
-            strict (bool, optional): raise when a map has more pairs than its bound (default: eager mode);
-                otherwise the pairs that do not fit are dropped and counted.
-            bound_name (str): name of the bound in errors and counts.
-        Returns:
-            tuple: list of (3, P_slot) int64 pair lists in execution order, and (2S - 1,) int64 pairs dropped per
-            slot.
-        """
-        from ..layers.pair_conv import pairs_from_nbr
-        self._check_pair_bounds(max_pairs, bound_name)
-        layout = self.rulebook_layout(max_voxels)
-        if len(nbrs) != len(layout):
-            raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
-
-        built, strided, lists, dropped = {}, {}, [], {}
-        for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
-            if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
-                lists.append(strided[slot].index_select(0, const([1, 0, 2], device=strided[slot].device)))
-                continue
-            if nbr is None:
-                raise ValueError(f'build_pair_lists: the map of a {kind} conv (slot {slot}) is missing; only inverse '
-                                 'maps may be left out (build_rulebooks(inverse_maps=False)), after their strided conv')
-            if nbr.shape[0] != num_out:
-                raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
-            if id(nbr) not in built:
-                built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
-                                                bound_name=f'{bound_name}[{slot}]')
-            pl = built[id(nbr)]
-            dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
-            if kind == 'conv':
-                strided[slot] = pl.pairs
-            lists.append(pl.pairs)
-        zero = torch.zeros((), dtype=torch.long, device=nbrs[0].device if len(nbrs) else None)
-        return lists, torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
-
-    def forward_rulebook(self, voxel_feats, nbrs, max_voxels=None):
-        """Fixed-shape forward: every conv as a gather-GEMM over its neighbour map, spconv's weights unchanged.
-
-        Args:
-            voxel_feats (Tensor): (V0, in_channels) padded voxel features.
-            nbrs (Sequence[Tensor]): the maps of :meth:`build_rulebooks`, or (with ``max_voxels``) the pair
-                lists of :meth:`build_pair_lists`.
-            max_voxels (Sequence[int], optional): the level bounds; given, ``nbrs`` are pair lists
-                (gather-GEMM-scatter over the real pairs only).
-        Returns:
-            Tensor: (V0, out_channels), row-aligned with the input (padding rows hold unspecified values).
-        """
-        from ..layers.pair_conv import pair_conv_forward
-        from ..layers.rulebook_conv import rulebook_conv_forward
-        expected = sum(1 for _ in self._blocks())
-        if len(nbrs) != expected:
-            raise ValueError(f'forward_rulebook: expected {expected} neighbour maps (one per conv), got {len(nbrs)}')
-        maps = iter(nbrs)
-        rows = iter([None] * expected if max_voxels is None else
-                    [out for *_, out in self.rulebook_layout(max_voxels)])
+    def _forward_maps(self, voxel_feats, kernel_maps):
+        """Fixed-shape forward over given maps (see :meth:`forward`)."""
+        expected = sum(1 for _ in self.conv_blocks())
+        if len(kernel_maps) != expected:
+            raise ValueError(f'SparseUNet: expected {expected} kernel maps (one per conv), got {len(kernel_maps)}')
+        maps = iter(kernel_maps)
 
         def conv(layers, x):
-            num_out = next(rows)
-            if num_out is None:
-                return rulebook_conv_forward(layers[0], x, next(maps)), 1
-            return pair_conv_forward(layers[0], x, next(maps), num_out), 1
+            kmap = next(maps)
+            if isinstance(kmap, torch.Tensor):
+                return rulebook_conv_forward(layers[0], x, kmap), 1
+            return conv_module_forward(layers[0], x, kmap), 1
 
         return self._run_convs(voxel_feats, conv)
 
-    # ------------------------------------------------------------------ eager path on fsdlite's own kernels
-    def offset_pairs(self, voxel_coors):
-        """Offset-grouped pairs (``fsdlite.ops.sparse_conv``'s input) of every conv, built straight from the voxels
-        sorted by ``(b, z, y, x)`` (the rulebook ops' fast paths): one submanifold rulebook per level and kernel, one
-        per strided conv (its exact output voxels make the next level; its input rows ascend within an offset, so
-        swapped they are the pairs of its inverse conv).
-
-        Args:
-            voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
-        Returns:
-            tuple: list of ``(OffsetPairs, output rows, one_by_one)`` of every conv in execution order (rows of
-            level 0 in sorted order), and the sorting permutation of ``voxel_coors`` (None when already sorted).
-        """
-
-        coors = voxel_coors.long()
-        key = voxel_keys(coors, self.sparse_shape)
-        order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
-        convs, levels = self.exact_rulebooks(coors if order is None else coors.index_select(0, order))
-        plan = []
-        for kind, pairs, strided, level_out, one_by_one in convs:
-            if kind == 'inverse':
-                pairs = OffsetPairs(convs[strided][1].pairs.flip(0), convs[strided][1].offset_starts)
-            plan.append((pairs, levels[level_out].shape[0], one_by_one))
-        return plan, order
-
-    def exact_rulebooks(self, voxel_coors):
-        """Offset-grouped pairs of every conv but the inverse ones, exact (no bound), rows of level 0 in the order of
-        ``voxel_coors`` (sorted by ``(b, z, y, x)`` takes the ops' fast paths); deeper levels are the strided
-        convs' output voxels, in that order.
-
-        Args:
-            voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
-        Returns:
-            tuple: list of ``(kind, OffsetPairs | None, strided, output level, one_by_one)`` of every conv in
-            execution order (kind 'subm', 'conv' or 'inverse'; an inverse conv has no pairs of its own: ``strided``
-            is the position of its strided conv, whose pairs it takes swapped), and the (V_s, 4) voxels of every level.
-        """
-
-        from ..layers.rulebook_conv import conv_geometry
-        levels = [(voxel_coors, tuple(self.sparse_shape))]
-        subm, strided, convs = {}, {}, []
-        for block, s in self._blocks():
-            g = conv_geometry(block[0])
-            if g.kind == 'subm':
-                shared = (s, g.kernel_size, g.dilation)
-                if shared not in subm:
-                    subm[shared] = subm_offset_pairs(*levels[s], g.kernel_size, g.dilation)
-                convs.append(('subm', subm[shared], None, s, g.one_by_one))
-            elif g.kind == 'conv':
-                coors, shape = levels[s - 1]
-                out_coors, pairs = conv_offset_pairs(coors, shape, g.kernel_size, g.stride, g.padding, g.dilation)
-                levels.append((out_coors, conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation)))
-                strided[s] = len(convs)
-                convs.append(('conv', pairs, None, s, g.one_by_one))
-            else:
-                convs.append(('inverse', None, strided[s], s - 1, g.one_by_one))
-        return convs, [coors for coors, _ in levels]
-
-    def exact_pair_counts(self, convs):
-        """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of :meth:`exact_rulebooks`' convs."""
-        counts = torch.zeros(self.pair_slots(), dtype=torch.long)
-        for (kind, pairs, *_), (_, s) in zip(convs, self._blocks()):
-            if kind != 'inverse':
-                slot = self._pair_slot(kind, s)
-                counts[slot] = max(int(counts[slot]), int(pairs.offset_starts[-1]))
-        return counts
-
-    def pair_lists_from_exact(self, convs, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
-        """:meth:`build_pair_lists` of the maps :meth:`build_rulebooks` builds at ``max_voxels``, made from
-        :meth:`exact_rulebooks` instead when every level fits its bound (the same lists, without the maps).
-
-        Args:
-            convs (list): the first result of :meth:`exact_rulebooks`.
-            max_voxels (Sequence[int]): level bounds (the dump row of each level); every level must fit.
-            max_pairs (Sequence[int]): pair bound per :meth:`pair_slots` entry.
-            strict (bool, optional): raise when a slot has more pairs than its bound (default: eager mode);
-                otherwise the pairs that do not fit are dropped and counted.
-            bound_name (str): name of the bound in errors and counts.
-        Returns:
-            tuple: list of (3, P_slot) int64 pair lists in execution order, and (2S - 1,) int64 pairs dropped per slot.
-        """
-        from ..layers.pair_conv import pairs_from_offset_pairs
-        self._check_pair_bounds(max_pairs, bound_name)
-        layout = self.rulebook_layout(max_voxels)
-        built, lists = {}, []
-        dropped = torch.zeros(self.pair_slots(), dtype=torch.long)
-        for (kind, pairs, strided, _, _), (_, slot, num_in, num_out) in zip(convs, layout):
-            if kind == 'inverse':  # the strided conv's pairs with input and output swapped
-                lists.append(lists[strided][[1, 0, 2]])
-                continue
-            if id(pairs) not in built:
-                pl = pairs_from_offset_pairs(pairs, num_in, num_out, max_pairs[slot], strict=strict,
-                                             bound_name=f'{bound_name}[{slot}]')
-                built[id(pairs)] = pl.pairs
-                dropped[slot] = torch.maximum(dropped[slot], pl.dropped)
-            lists.append(built[id(pairs)])
-        return lists, dropped
-
-    def forward_fused(self, voxel_feats, voxel_coors):
-        """Eager forward on :meth:`offset_pairs` and ``fsdlite.ops.sparse_conv`` (``conv_backend='fsdlite'``).
-
-        Args:
-            voxel_feats (Tensor): (V, in_channels) float32/float64 features.
-            voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
-        Returns:
-            Tensor: (V, out_channels), row-aligned with the input.
-        """
-
-        from ..layers.bn_fold import run_conv_norm_act
-        from ..layers.rulebook_conv import kernel_matrices
-        plan, order = self.offset_pairs(voxel_coors)
-        plan = iter(plan)
+    def _forward_fused(self, voxel_feats, voxel_coors):
+        """Eager forward on exact kernel maps and fsdlite's fused kernels (``conv_backend='fsdlite'``); voxels are
+        run sorted by ``(b, z, y, x)`` and the rows put back in the caller's order."""
+        plan = self.conv_plan()
+        maps, order = plan.sorted_kernel_maps(voxel_coors)
+        steps = iter(zip(maps, plan.geometries))
 
         def conv(layers, x):  # an eval-mode BatchNorm after the conv is folded into it when no gradient is needed
-            pairs, num_out, one_by_one = next(plan)
-            return run_conv_norm_act(layers, x, lambda x, w, b: sparse_conv(x, w, *pairs, num_out, bias=b),
-                                     lambda w: kernel_matrices(w, one_by_one), one_by_one)
+            kmap, geometry = next(steps)
+            return run_conv_norm_act(layers, x, lambda x, w, b: sparse_conv(x, kmap, w, b),
+                                     lambda w: kernel_matrices(w, geometry.one_by_one), geometry.one_by_one)
 
         if order is None:
             return self._run_convs(voxel_feats, conv)
-        out = self._run_convs(voxel_feats.index_select(0, order), conv)  # rows back in the caller's order
+        out = self._run_convs(voxel_feats.index_select(0, order), conv)
         return torch.empty_like(out).index_copy_(0, order, out)
 
     def _run_convs(self, voxel_feats, conv):

@@ -77,13 +77,13 @@ class FSDv2Lite(SparseDetectorBase):
         """``max_virtual_voxels[s]`` per mixer level, then ``max_virtual_pairs[i]`` when that bound is set."""
         names = [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
         if self.bounds is not None and 'max_virtual_pairs' in self.bounds:
-            names += [f'max_virtual_pairs[{i}]' for i in range(self.mixer.pair_slots())]
+            names += [f'max_virtual_pairs[{i}]' for i in range(self.mixer.conv_plan().pair_slots())]
         return names
 
     def optional_bound_spec(self):
         """Besides ``max_pairs``: ``max_virtual_pairs`` (one per mixer ``pair_slots``) turns the mixer's in-graph
         neighbour maps into pair lists inside the graph (overflow counted in ``dropped``)."""
-        return dict(super().optional_bound_spec(), max_virtual_pairs=self.mixer.pair_slots())
+        return dict(super().optional_bound_spec(), max_virtual_pairs=self.mixer.conv_plan().pair_slots())
 
     def unet_bounds(self):
         """The base's plus ``max_virtual_voxels`` -> the mixer."""
@@ -131,15 +131,16 @@ class FSDv2Lite(SparseDetectorBase):
                               bound_name='max_virtual_voxels[0]')
         voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), vox.point2voxel, vox.voxel_coors,
                                           padded=True)
-        nbrs, _, dropped = self.mixer.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
-                                                      ops=GraphRulebookOps(batch_size),
-                                                      bound_name='max_virtual_voxels', strict=strict,
-                                                      inverse_maps='max_virtual_pairs' not in self.bounds)
+        plan = self.mixer.conv_plan()
+        maps, _, dropped = plan.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
+                                                ops=GraphRulebookOps(batch_size), bound_name='max_virtual_voxels',
+                                                strict=strict, inverse_maps='max_virtual_pairs' not in self.bounds)
         pair_dropped = []
         if 'max_virtual_pairs' in self.bounds:
-            nbrs, pair_dropped = self.mixer.build_pair_lists(nbrs, bounds, self.bounds['max_virtual_pairs'],
+            pair_lists, pair_dropped = plan.build_pair_lists(maps, bounds, self.bounds['max_virtual_pairs'],
                                                              strict=strict, bound_name='max_virtual_pairs')
-        mixed = self.mixer.forward_rulebook(voxel_feats, nbrs, bounds if len(pair_dropped) else None)
+            maps = plan.padded_kernel_maps(pair_lists, bounds)
+        mixed = self.mixer(voxel_feats, kernel_maps=maps)
         virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
         count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')
         centre_sum = static_segment_reduce(xyz * virtual[:, None], vox.point2voxel, bounds[0], 'sum')

@@ -49,7 +49,7 @@ class StaticInputs(NamedTuple):
 class RulebookMaps(NamedTuple):
     """The first-stage UNet's neighbour maps of one preprocessed batch at some level bounds
     (:meth:`StaticDetectorMixin.first_stage_rulebooks`); :meth:`StaticDetectorMixin.static_inputs` of a model with
-    smaller (or equal) bounds reuses them (``SparseUNet.shrink_rulebooks``) instead of building its own."""
+    smaller (or equal) bounds reuses them (``ConvPlan.shrink_rulebooks``) instead of building its own."""
 
     nbrs: tuple        #: (V_s, K) int64 maps in execution order (inverse maps None when pair lists are used)
     max_voxels: tuple  #: the level bounds they were built at
@@ -58,12 +58,12 @@ class RulebookMaps(NamedTuple):
 
 class ExactRulebooks(NamedTuple):
     """The first-stage UNet's exact offset-grouped pairs of one preprocessed batch, whatever the bounds
-    (``SparseUNet.exact_rulebooks``), for models on pair lists: :meth:`StaticDetectorMixin.static_inputs` of every
-    capacity tier whose levels they fit tiles them into its pair lists (``SparseUNet.pair_lists_from_exact``)."""
+    (``ConvPlan.exact_kernel_maps``), for models on pair lists: :meth:`StaticDetectorMixin.static_inputs` of every
+    capacity tier whose levels they fit tiles them into its pair lists (``ConvPlan.pair_lists_from_exact``)."""
 
-    convs: list     #: ``SparseUNet.exact_rulebooks`` entries in execution order (level 0 in the input's row order)
-    needed: tuple   #: voxels of every level (level 0: the input voxels)
-    pairs: tuple    #: real pairs per ``SparseUNet.pair_slots`` entry
+    kernel_maps: list  #: exact ``KernelMap`` of every conv in execution order (level 0 in the input's row order)
+    needed: tuple      #: voxels of every level (level 0: the input voxels)
+    pairs: tuple       #: real pairs per ``ConvPlan.pair_slots`` entry
 
 
 class PaddedInstances(NamedTuple):
@@ -110,9 +110,9 @@ class StaticDetectorMixin:
 
     def optional_bound_spec(self):
         """Bounds that may be given (same format as :meth:`bound_spec`): ``max_pairs`` (one entry per
-        ``SparseUNet.pair_slots``) turns the first-stage neighbour maps into pair lists (``layers.pair_conv``:
+        ``ConvPlan.pair_slots``) turns the first-stage neighbour maps into pair lists (``layers.pair_conv``:
         only real pairs are gathered and multiplied; without it the dense (V_s, K) maps are used)."""
-        return dict(max_pairs=self.backbone.pair_slots())
+        return dict(max_pairs=self.backbone.conv_plan().pair_slots())
 
     def uses_pair_lists(self):
         """True when the bounds define ``max_pairs`` (the first-stage UNet runs on pair lists)."""
@@ -126,7 +126,7 @@ class StaticDetectorMixin:
         """Names of the entries of :attr:`StaticInputs.dropped`, in order."""
         names = ['max_points'] + [f'max_voxels[{s}]' for s in range(len(self.backbone.encoder))]
         if self.uses_pair_lists():
-            names += [f'max_pairs[{i}]' for i in range(self.backbone.pair_slots())]
+            names += [f'max_pairs[{i}]' for i in range(self.backbone.conv_plan().pair_slots())]
         return names
 
     def _normalize_bounds(self, cfg):
@@ -180,18 +180,20 @@ class StaticDetectorMixin:
         self._require_bounds()
         strict = True if strict is None else strict
         if self.uses_pair_lists() and not neighbour_maps:
-            convs, levels = self.backbone.exact_rulebooks(inputs['voxel_coors'].long())
+            plan = self.backbone.conv_plan()
+            maps, levels = plan.exact_kernel_maps(inputs['voxel_coors'].long())
             needed = tuple(int(c.shape[0]) for c in levels)
             for s, (n, b) in enumerate(zip(needed, self.bounds['max_voxels'])):
                 check_bound(n, b, f'max_voxels[{s}]', strict=strict)
-            return ExactRulebooks(convs, needed, tuple(self.backbone.exact_pair_counts(convs).tolist()))
+            return ExactRulebooks(maps, needed, tuple(plan.exact_pair_counts(maps).tolist()))
         coors, _ = pad_to_bound(inputs['voxel_coors'], self.bounds['max_voxels'][0], 'max_voxels[0]', strict=strict)
         return self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
 
     def _rulebook_maps(self, coors, num_input_voxels, strict):
         levels = self.bounds['max_voxels']
-        nbrs, counts, dropped = self.backbone.build_rulebooks(coors.data, coors.num_valid, levels, strict=strict,
-                                                              inverse_maps=not self.uses_pair_lists())
+        nbrs, counts, dropped = self.backbone.conv_plan().build_rulebooks(coors.data, coors.num_valid, levels,
+                                                                          strict=strict,
+                                                                          inverse_maps=not self.uses_pair_lists())
         needed = (int(num_input_voxels),) + tuple(int(c) + int(d) for c, d in zip(counts[1:], dropped[1:]))
         return RulebookMaps(tuple(nbrs), tuple(levels), needed)
 
@@ -211,6 +213,7 @@ class StaticDetectorMixin:
         self._require_bounds()
         strict = True if strict is None else strict
         levels = self.bounds['max_voxels']
+        plan = self.backbone.conv_plan()
         points, drop_p = pad_to_bound(inputs['points'], self.bounds['max_points'], 'max_points', strict=strict)
         batch, _ = pad_to_bound(inputs['batch'], points.bound, 'max_points', strict=False)
         coors, drop_v = pad_to_bound(inputs['voxel_coors'], levels[0], 'max_voxels[0]', strict=strict)
@@ -220,20 +223,19 @@ class StaticDetectorMixin:
         if self.uses_pair_lists() and maps is None:
             maps = self.first_stage_rulebooks(inputs, strict=False)
         if isinstance(maps, ExactRulebooks) and not any(n > b for n, b in zip(maps.needed, levels)):
-            nbrs, drop_pairs = self.backbone.pair_lists_from_exact(maps.convs, levels, self.bounds['max_pairs'],
-                                                                   strict=strict)
+            nbrs, drop_pairs = plan.pair_lists_from_exact(maps.kernel_maps, levels, self.bounds['max_pairs'],
+                                                          strict=strict)
             dropped = [drop_p, drop_v.to(drop_p)] + [drop_p.new_zeros(()) for _ in levels[1:]]
             dropped += list(drop_pairs.to(drop_p))
         else:  # neighbour maps (also the pair lists of a batch with a level beyond its bound: cut, counted)
             if not isinstance(maps, RulebookMaps):
                 maps = self._rulebook_maps(coors, inputs['voxel_coors'].shape[0], strict)
-            nbrs = self.backbone.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
+            nbrs = plan.shrink_rulebooks(maps.nbrs, maps.max_voxels, levels)
             dropped = [drop_p, drop_v.to(drop_p)] + [
                 check_bound(n, b, f'max_voxels[{s}]', strict=strict).to(drop_p)
                 for s, (n, b) in enumerate(zip(maps.needed, levels)) if s > 0]
             if self.uses_pair_lists():
-                nbrs, drop_pairs = self.backbone.build_pair_lists(nbrs, levels, self.bounds['max_pairs'],
-                                                                  strict=strict)
+                nbrs, drop_pairs = plan.build_pair_lists(nbrs, levels, self.bounds['max_pairs'], strict=strict)
                 dropped += list(drop_pairs.to(drop_p))
         dropped = torch.stack(dropped)
         return StaticInputs(points.data, batch.data, points.num_valid, p2v, coors.data, coors.num_valid,
@@ -243,8 +245,9 @@ class StaticDetectorMixin:
     def extract_feat_static(self, points, point2voxel, voxel_coors, nbrs):
         """(N, C_neck) point features of padded points (VFE -> rulebook UNet -> neck)."""
         voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
-        voxel_feats = self.backbone.forward_rulebook(
-            voxel_feats, nbrs, self.bounds['max_voxels'] if self.uses_pair_lists() else None)
+        if self.uses_pair_lists():
+            nbrs = self.backbone.conv_plan().padded_kernel_maps(nbrs, self.bounds['max_voxels'])
+        voxel_feats = self.backbone(voxel_feats, kernel_maps=nbrs)
         return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
 
     def forward_static(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, nbrs, batch_size,
@@ -343,7 +346,7 @@ class StaticDetectorMixin:
                     _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
                 for name, unet in self.unet_bounds().items():  # the voxels of every level (spconv's record count)
                     if name in unet_voxels:
-                        _, levels = unet.exact_rulebooks(unet_voxels[name].long())
+                        _, levels = unet.conv_plan().exact_kernel_maps(unet_voxels[name].long())
                         counts[name] = [int(level.shape[0]) for level in levels]
                 per = torch.bincount(fg.batch * c + fg.class_id, minlength=inputs['batch_size'] * c)
                 needed['max_fg_points'] = per.view(-1, c).max(0).values.tolist()
@@ -354,8 +357,9 @@ class StaticDetectorMixin:
                 unets = self.unet_bounds()
                 for pair_name, level_name in self.unet_pair_bounds().items():
                     coors, levels = unet_voxels[level_name], [max(v, 1) for v in needed[level_name]]
-                    nbrs, _, _ = unets[level_name].build_rulebooks(coors, coors.shape[0], levels, inverse_maps=False)
-                    needed[pair_name] = unets[level_name].count_pairs(nbrs, levels).tolist()
+                    plan = unets[level_name].conv_plan()
+                    nbrs, _, _ = plan.build_rulebooks(coors, coors.shape[0], levels, inverse_maps=False)
+                    needed[pair_name] = plan.count_pairs(nbrs, levels).tolist()
         finally:
             for h in hooks:
                 h.remove()

@@ -1,25 +1,19 @@
-"""Pair-list sparse convolution: gather-GEMM-scatter over the existing pairs only, with fixed shapes.
+"""Padded kernel maps (pair lists) built outside or inside a fixed-shape graph.
 
 A padded neighbour map (Vout, K) of :mod:`~fsdlite.models.layers.rulebook_conv` holds every kernel offset of
-every output row, most of them the dump (on a KITTI frame 14 % of a first-stage UNet map is real pairs), so a
-dense gather-GEMM moves and multiplies ~7x more than spconv does.  A *pair list* keeps only the real pairs,
-grouped by kernel offset into tiles of :data:`PAIR_TILE` rows (one offset per tile, the unused rows of a tile
-point at the dump row):
+every output row, most of them the dump, so a dense gather-GEMM moves and multiplies several times more than the
+real pairs need.  A *pair list* keeps only the real pairs, grouped by kernel offset into tiles of
+:data:`~fsdlite.models.layers.sparse_conv.PAIR_TILE` rows (one offset per tile, the unused rows of a tile point
+at the dump rows):
 
     pairs (3, P) int64:  pairs[0] input row (Vin = dump)   pairs[1] output row (Vout = dump)
-                         pairs[2] kernel offset (the same for the PAIR_TILE rows of a tile; 0 in unused tiles)
+                         pairs[2] kernel offset (the same for the rows of a tile; 0 in unused tiles)
 
-and the convolution is, with the P = nt * PAIR_TILE pairs as nt tiles,
-
-    z[t] = x_pad[pairs[0, t]] @ W[k_t]        (nt, PAIR_TILE, Cin) @ (nt, Cin, Cout)   batched GEMM
-    out  = index_add(zeros(Vout + 1, Cout), pairs[1], z)[:Vout] + bias                   row scatter-add
-
-which exports to standard ONNX Gather / MatMul / ScatterND(add) with static shapes (ORT runs the row-wise
-ScatterND fast, unlike an element-wise ScatterElements).  The capacity P comes from a bound on the real pairs
-(``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour map, :func:`pairs_from_offset_pairs` from
-the exact offset-grouped pairs (the deploy pre-ops), both outside the graph, and report pairs that did not fit.
-Same sums as :func:`~fsdlite.models.layers.rulebook_conv.rulebook_conv` (up to float summation order); spconv's
-weights are used unchanged.
+:meth:`KernelMap.padded <fsdlite.models.layers.sparse_conv.KernelMap.padded>` reads it as the padded form of the
+one kernel-map type, run by :func:`~fsdlite.models.layers.sparse_conv.sparse_conv`'s export backend.  The capacity
+P comes from a bound on the real pairs (``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour
+map, :func:`pairs_from_offset_pairs` from the exact offset-grouped pairs (the deploy pre-ops), and
+:func:`traced_pairs` inside a graph; all report the pairs that did not fit.
 """
 from typing import NamedTuple
 
@@ -27,22 +21,9 @@ import torch
 
 from fsdlite.ops import rulebook_pairs
 from fsdlite.structures.bounds import check_bound, is_exporting
-from fsdlite.structures.padded import with_dump_row
 from fsdlite.utils.constants import const
 
-from .rulebook_conv import conv_geometry, kernel_matrices
-from .static_ops import check_index
-
-PAIR_TILE = 128  #: rows per tile (one kernel offset each); larger tiles copy fewer weights, pad more rows
-
-
-def pair_capacity(max_pairs, kernel_volume, tile=PAIR_TILE):
-    """Rows of a pair list that holds any ``max_pairs`` real pairs of a K-offset map: each offset wastes at most
-    ``tile - 1`` rows of its last tile, so ``round_up(max_pairs + K * (tile - 1), tile)``."""
-    if int(max_pairs) < 1 or int(kernel_volume) < 1:
-        raise ValueError(f'pair_capacity: max_pairs and kernel_volume must be >= 1, got {max_pairs}, {kernel_volume}')
-    rows = int(max_pairs) + int(kernel_volume) * (tile - 1)
-    return -(-rows // tile) * tile
+from .sparse_conv import PAIR_TILE, pair_capacity
 
 
 class PairList(NamedTuple):
@@ -152,52 +133,4 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     return torch.cat([io, offsets], 0), count.sum(), torch.minimum((capacity - first).clamp(min=0), count).sum()
 
 
-def pair_conv(feats, pairs, weight, num_out, bias=None, one_by_one=False, tile=PAIR_TILE):
-    """Sparse convolution over a pair list (see the module docstring).
-
-    Args:
-        feats (Tensor): (Vin, Cin) input features (padding rows allowed: never referenced).
-        pairs (Tensor): (3, P) int64 pair list of :func:`pairs_from_nbr` (P a multiple of ``tile``).
-        weight (Tensor): (Cout, kz, ky, kx, Cin) spconv layout.
-        num_out (int): Vout, the output rows.
-        bias (Tensor, optional): (Cout,).
-        one_by_one (bool): spconv's 1x1 path.
-        tile (int): rows per tile (as used by :func:`pairs_from_nbr`).
-    Returns:
-        Tensor: (Vout, Cout); rows without pairs hold the bias (or 0).
-    """
-    cout, cin = weight.shape[0], weight.shape[-1]
-    if feats.dim() != 2 or feats.shape[1] != cin:
-        raise ValueError(f'pair_conv: feats must have shape (Vin, {cin}), got {tuple(feats.shape)}')
-    if pairs.dim() != 2 or pairs.shape[0] != 3 or pairs.shape[1] % tile:
-        raise ValueError(f'pair_conv: pairs must have shape (3, P) with P a multiple of {tile}, got '
-                         f'{tuple(pairs.shape)}')
-    w = kernel_matrices(weight, one_by_one)
-    check_index('pair_conv: pairs[0] (input rows)', pairs[0], 0, feats.shape[0] + 1)
-    check_index('pair_conv: pairs[1] (output rows)', pairs[1], 0, int(num_out) + 1)
-    check_index('pair_conv: pairs[2] (kernel offsets)', pairs[2], 0, w.shape[0])
-    num_tiles = pairs.shape[1] // tile
-    x = with_dump_row(feats)
-    gathered = x.index_select(0, pairs[0]).view(num_tiles, tile, cin)
-    w_tiles = w.index_select(0, pairs[2].view(num_tiles, tile)[:, 0])
-    z = torch.bmm(gathered, w_tiles).view(-1, cout)
-    out = feats.new_zeros(int(num_out) + 1, cout).index_add(0, pairs[1], z)[:int(num_out)]
-    return out if bias is None else out + bias
-
-
-def pair_conv_forward(module, feats, pairs, num_out):
-    """Run an spconv conv layer (or ``RulebookSparseConv3d``) on padded features via its pair list.
-
-    Args:
-        module: spconv ``SubMConv3d`` / ``SparseConv3d`` / ``SparseInverseConv3d`` or RulebookSparseConv3d.
-        feats (Tensor): (Vin_max, Cin) padded input features.
-        pairs (Tensor): (3, P) pair list of this layer (:func:`pairs_from_nbr`).
-        num_out (int): Vout_max, the output rows.
-    Returns:
-        Tensor: (Vout_max, Cout) output features (bias in rows without pairs).
-    """
-    return pair_conv(feats, pairs, module.weight, num_out, module.bias, one_by_one=conv_geometry(module).one_by_one)
-
-
-__all__ = ['PAIR_TILE', 'pair_capacity', 'PairList', 'pairs_from_nbr', 'pairs_from_offset_pairs', 'traced_pairs',
-           'pair_conv', 'pair_conv_forward']
+__all__ = ['PairList', 'pairs_from_nbr', 'pairs_from_offset_pairs', 'traced_pairs']

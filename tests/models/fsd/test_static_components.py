@@ -75,23 +75,24 @@ def test_rulebook_unet_equals_spconv(unet, graph_ops):
     feats[n:] = 1e6  # padding rows never leak into valid outputs
     with torch.no_grad():
         ref = unet(feats[:n], coors[:n], 2)
-        nbrs, nums, dropped = unet.build_rulebooks(coors, n, [coors.shape[0], 400, 400],
-                                                   ops=GraphRulebookOps(2) if graph_ops else None)
-        out = unet.forward_rulebook(feats, nbrs)
+        nbrs, nums, dropped = unet.conv_plan().build_rulebooks(coors, n, [coors.shape[0], 400, 400],
+                                                               ops=GraphRulebookOps(2) if graph_ops else None)
+        out = unet(feats, kernel_maps=nbrs)
     torch.testing.assert_close(out[:n], ref, rtol=1e-10, atol=1e-10)
     assert int(nums[0]) == n and all(int(d) == 0 for d in dropped) and int(nums[2]) > 0
 
 
 def test_rulebook_unet_bounds_and_arguments(unet):
     coors, n = random_voxels(4, 1, tuple(unet.sparse_shape), 0.3, 0)
-    needed = int(unet.build_rulebooks(coors, n, [n, 10 ** 4, 10 ** 4])[1][1])
+    plan = unet.conv_plan()
+    needed = int(plan.build_rulebooks(coors, n, [n, 10 ** 4, 10 ** 4])[1][1])
     with pytest.raises(BoundExceededError) as err:
-        unet.build_rulebooks(coors, n, [n, needed - 1, 10 ** 4], bound_name='max_mixer')
+        plan.build_rulebooks(coors, n, [n, needed - 1, 10 ** 4], bound_name='max_mixer')
     assert (err.value.name, err.value.needed, err.value.allowed) == ('max_mixer[1]', needed, needed - 1)
     with pytest.raises(ValueError, match='one bound per UNet level'):
-        unet.build_rulebooks(coors, n, [n, 100])
-    with pytest.raises(ValueError, match='neighbour maps'):
-        unet.forward_rulebook(torch.zeros(n, 5, dtype=torch.float64), [])
+        plan.build_rulebooks(coors, n, [n, 100])
+    with pytest.raises(ValueError, match='kernel maps'):
+        unet(torch.zeros(n, 5, dtype=torch.float64), kernel_maps=[])
 
 
 # ------------------------------------------------------------------------------------------- index compaction
