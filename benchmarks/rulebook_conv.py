@@ -5,8 +5,8 @@ Each configuration is one layer on real voxels (the V voxels nearest to the sens
 
 * ``spconv``        -- spconv ``SubMConv3d`` / ``SparseConv3d`` forward (Native CPU; indice pairs + conv);
 * ``rulebook op``   -- building the neighbour map with ``fsdlite.ops`` (what runs before the graph);
-* ``torch matmul``  -- ``rulebook_conv`` as one (V, K*C) @ (K*C, C) product (conv only);
-* ``torch loop``    -- ``rulebook_conv`` as K gathered products (conv only);
+* ``torch matmul``  -- ``sparse_conv`` on a dense kernel map as one (V, K*C) @ (K*C, C) product (conv only);
+* ``torch loop``    -- the same as K gathered products (conv only);
 * ``ort matmul`` / ``ort loop`` -- the same graphs exported to ONNX (opset 18), run in ONNX Runtime.
 
 Ratios are spconv time / variant time (> 1: faster than spconv; spconv's time includes its pair building, so
@@ -24,13 +24,14 @@ import torch
 import _harness as h
 from op_cases.rulebook import voxel_set
 from fsdlite.deploy.translations import custom_translations
+from fsdlite.models.layers.sparse_conv import KernelMap, RulebookSparseConv3d
 
 VARIANTS = ('spconv', 'rulebook op', 'torch matmul', 'torch loop', 'ort matmul', 'ort loop')
 GEOMETRY = {'subm': dict(kernel_size=3, subm=True), 'conv': dict(kernel_size=3, stride=2, padding=1)}
 
 
 def _layer_inputs(kind, num_voxels, channels, seed=0):
-    from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook
+    from fsdlite.models.layers.rulebook_conv import build_rulebook
     coors, shape = voxel_set(num_voxels)
     n = coors.shape[0]
     g = torch.Generator().manual_seed(seed)
@@ -49,7 +50,7 @@ def _onnx_session(layer, feats, nbr, mode, threads):
             self.layer = layer
 
         def forward(self, x, n):
-            return self.layer(x, n, mode=mode)
+            return self.layer(x, KernelMap.dense(n, x.shape[0]), mode=mode)
 
     path = Path(tempfile.mkdtemp(prefix='fsdlite-bench-')) / f'conv_{mode}.onnx'
     with torch.no_grad():
@@ -89,7 +90,7 @@ def work(variant, kind, num_voxels, channels, threads=None):
 
     def run():
         with torch.no_grad():
-            return layer(feats, rulebook.nbr, mode=mode)
+            return layer(feats, KernelMap.dense(rulebook.nbr, feats.shape[0]), mode=mode)
     return run
 
 
@@ -103,7 +104,7 @@ def check_agreement(kind, num_voxels, channels):
     sp_layer.load_state_dict(layer.state_dict(), strict=True)
     with torch.no_grad():
         out = sp_layer(spconv.SparseConvTensor(feats, coors.int().contiguous(), list(shape), 1))
-        ours = layer(feats, rulebook.nbr)
+        ours = layer(feats, KernelMap.dense(rulebook.nbr, feats.shape[0]))
     m = int(rulebook.num_valid_out)
     key = lambda c: ((c[:, 0] * 4096 + c[:, 1]) * 4096 + c[:, 2]) * 4096 + c[:, 3]  # noqa: E731
     theirs = out.features[torch.argsort(key(out.indices.long()))]

@@ -154,7 +154,7 @@ class DetectorAdapter(DeployAdapter):
         if self.model.uses_pair_lists():
             meaning = ('(3, P) int64 pair list of sparse conv #{i} of the first-stage UNet (execution order): input '
                        'row (V_in = dump), output row (V_out = dump) and kernel offset of each pair, grouped by '
-                       'offset into tiles of {tile} rows (a padded fsdlite.models.layers.sparse_conv.KernelMap)')
+                       'offset into tiles of {tile} rows (a tiled fsdlite.models.layers.sparse_conv.KernelMap)')
         else:
             meaning = ('(V_s, K) int64 neighbour map of sparse conv #{i} of the first-stage UNet (execution order): '
                        'input row per output voxel and kernel offset, V_in = dump')

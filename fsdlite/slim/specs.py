@@ -126,6 +126,6 @@ register_spec('torch.nn.modules.batchnorm._NormBase', dict(
 register_spec(nn.LayerNorm, dict(kind='channelwise', params={'weight': 0, 'bias': 0}, channel_dim=-1))
 register_spec(nn.GroupNorm, dict(kind='channelwise', params={'weight': 0, 'bias': 0}, channel_dim=1))
 register_spec('spconv.pytorch.conv.SparseConvolution', _SPARSE_CONV)
-register_spec('fsdlite.models.layers.rulebook_conv.RulebookSparseConv3d', _SPARSE_CONV)
+register_spec('fsdlite.models.layers.sparse_conv.RulebookSparseConv3d', _SPARSE_CONV)
 
 __all__ = ['KINDS', 'SlimSpec', 'register_spec', 'spec_for', 'resolve_param']

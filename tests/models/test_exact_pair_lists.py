@@ -53,7 +53,7 @@ def test_exact_kernel_maps_keep_the_input_row_order_of_level_zero():
     assert plan.geometries[0].kind == 'subm' and plan.levels[0] == 0
     reference = subm_offset_pairs(coors, unet.sparse_shape, 3)
     assert torch.equal(maps[0].pairs, reference.pairs) and torch.equal(maps[0].offset_starts, reference.offset_starts)
-    assert (maps[0].num_in, maps[0].num_out) == (500, 500) and not maps[0].is_padded
+    assert (maps[0].num_in, maps[0].num_out) == (500, 500) and maps[0].layout == 'exact'
     kinds = [g.kind for g in plan.geometries]
     inverse = [i for i, k in enumerate(kinds) if k == 'inverse']
     assert inverse

@@ -1,5 +1,5 @@
-"""Pair lists (fsdlite.models.layers.pair_conv) run as padded kernel maps by ``layers.sparse_conv.sparse_conv``:
-equality with the dense neighbour-map conv
+"""Pair lists (fsdlite.models.layers.pair_conv) run as tiled kernel maps by ``layers.sparse_conv.sparse_conv``:
+equality with the dense kernel-map conv
 (itself tested against spconv and F.conv3d), pair-list properties, bounds (raise / truncate and count),
 gradients, bad inputs, a SparseUNet run on pair lists, ONNX export to Gather / MatMul / ScatterND."""
 import numpy as np
@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.backbones import SparseUNet
 from fsdlite.models.layers.pair_conv import pairs_from_nbr, traced_pairs
-from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d, build_rulebook, kernel_matrices, rulebook_conv
-from fsdlite.models.layers.sparse_conv import PAIR_TILE, KernelMap, pair_capacity, sparse_conv
+from fsdlite.models.layers.rulebook_conv import build_rulebook, kernel_matrices
+from fsdlite.models.layers.sparse_conv import PAIR_TILE, KernelMap, RulebookSparseConv3d, pair_capacity, sparse_conv
 from fsdlite.ops import rulebook_pairs
 from fsdlite.structures.bounds import BoundExceededError
 
 
 def pair_conv(feats, pairs, weight, num_out, bias=None, one_by_one=False, tile=PAIR_TILE):
-    """:func:`sparse_conv` over a (3, P) pair list read as a padded kernel map, spconv's weight layout."""
-    kmap = KernelMap.padded(pairs, feats.shape[0], num_out, tile)
+    """:func:`sparse_conv` over a (3, P) pair list read as a tiled kernel map, spconv's weight layout."""
+    kmap = KernelMap.tiled(pairs, feats.shape[0], num_out, tile)
     return sparse_conv(feats, kmap, kernel_matrices(weight, one_by_one), bias)
 
 
@@ -104,8 +104,8 @@ def test_matches_the_neighbour_map_conv_float64(one_by_one):
     bias = torch.randn(7, generator=g, dtype=torch.float64)
     pl = pairs_from_nbr(nbr, 90, int((nbr < 90).sum()) + 17)
     got = pair_conv(feats, pl.pairs, weight, 70, bias, one_by_one=one_by_one)
-    torch.testing.assert_close(got, rulebook_conv(feats, nbr, weight, bias, one_by_one=one_by_one), rtol=1e-12,
-                               atol=1e-12)
+    expected = sparse_conv(feats, KernelMap.dense(nbr, 90), kernel_matrices(weight, one_by_one), bias)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_strided_and_inverse_convs_on_real_rulebooks():
@@ -122,9 +122,9 @@ def test_strided_and_inverse_convs_on_real_rulebooks():
     inv = build_rulebook(up, rb.out_coors, rb.num_valid_out, rb.out_spatial_shape, cache)
     pl = pairs_from_nbr(rb.nbr, n + 5, int((rb.nbr < n + 5).sum()))
     mid = pair_conv(feats, pl.pairs, down.weight, 2 * n, down.bias)
-    torch.testing.assert_close(mid, down(feats, rb.nbr), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mid, down(feats, KernelMap.dense(rb.nbr, n + 5)), rtol=1e-5, atol=1e-5)
     back = pair_conv(mid, pl.pairs[[1, 0, 2]], up.weight, n + 5, up.bias)
-    torch.testing.assert_close(back, up(mid, inv.nbr), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(back, up(mid, KernelMap.dense(inv.nbr, 2 * n)), rtol=1e-5, atol=1e-5)
 
 
 def test_bound_raises_or_truncates_and_counts():
@@ -183,8 +183,8 @@ def test_sparse_unet_runs_the_same_on_pair_lists():
         needed = plan.count_pairs(nbrs, levels)
         lists, dropped = plan.build_pair_lists(nbrs, levels, needed.tolist())
         assert len(lists) == len(nbrs) and int(dropped.sum()) == 0
-        dense = unet(feats, kernel_maps=nbrs)
-        paired = unet(feats, kernel_maps=plan.padded_kernel_maps(lists, levels))
+        dense = unet(feats, kernel_maps=plan.dense_kernel_maps(nbrs, levels))
+        paired = unet(feats, kernel_maps=plan.tiled_kernel_maps(lists, levels))
         eager = unet(feats[:300], coors, 2)
     torch.testing.assert_close(paired[:300], dense[:300], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(paired[:300], eager, rtol=1e-4, atol=1e-4)

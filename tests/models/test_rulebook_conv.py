@@ -1,4 +1,4 @@
-"""RulebookSparseConv3d / rulebook_conv_forward: equality with spconv (SubMConv3d, SparseConv3d,
+"""RulebookSparseConv3d / sparse_conv on dense kernel maps: equality with spconv (SubMConv3d, SparseConv3d,
 SparseInverseConv3d; forward and gradients), with dense F.conv3d / conv_transpose3d, strict state_dict loading,
 rulebook caching by indice_key, bounds, ONNX export with the rulebook as a graph input."""
 import numpy as np
@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fsdlite.models.layers.rulebook_conv import (RulebookSparseConv3d, build_rulebook, conv_geometry, rulebook_conv,
-                                                 rulebook_conv_forward)
+from fsdlite.models.layers.rulebook_conv import build_rulebook, conv_geometry, kernel_matrices
+from fsdlite.models.layers.sparse_conv import KernelMap, RulebookSparseConv3d, conv_module_forward, sparse_conv
 from fsdlite.ops import voxelize
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.structures.bounds import BoundExceededError
@@ -21,6 +21,11 @@ SHAPE = (7, 12, 10)
 @pytest.fixture(scope='module')
 def spconv():
     return compat.import_spconv()
+
+
+def dense_map(nbr, feats):
+    """The neighbour map ``nbr`` over the rows of ``feats`` as a dense kernel map."""
+    return KernelMap.dense(nbr, feats.shape[0])
 
 
 def random_input(shape=SHAPE, batches=2, density=0.25, channels=4, pad=6, seed=0, dtype=torch.float32):
@@ -64,7 +69,8 @@ def run_chain_static(layers, coors, num_valid, feats, shape, max_out, wrap=False
     c, n, s = coors, num_valid, shape
     for layer in layers:
         rb = build_rulebook(layer, c, n, s, cache, max_out=max_out)
-        x = (RulebookSparseConv3d.from_spconv(layer)(x, rb.nbr) if wrap else rulebook_conv_forward(layer, x, rb.nbr))
+        kmap = dense_map(rb.nbr, x)
+        x = RulebookSparseConv3d.from_spconv(layer)(x, kmap) if wrap else conv_module_forward(layer, x, kmap)
         c, n, s = rb.out_coors, rb.num_valid_out, rb.out_spatial_shape
         rbs.append(rb)
     return x, rbs
@@ -132,7 +138,7 @@ def test_matches_dense_conv3d(kernel, stride, padding, dilation):
     ref = F.conv3d(dense(coors, feats, SHAPE), w, conv.bias, stride, padding, dilation)
     cache = {}
     rb = build_rulebook(conv, pc, n, SHAPE, cache, max_out=4 * n)
-    out = conv(pf, rb.nbr)
+    out = conv(pf, dense_map(rb.nbr, pf))
     m = int(rb.num_valid_out)
     rows = coors if subm else rb.out_coors[:m]
     torch.testing.assert_close(out[:m], at(ref, rows), rtol=1e-5, atol=1e-5)
@@ -143,7 +149,7 @@ def test_matches_dense_conv3d(kernel, stride, padding, dilation):
                 .sum(1) > 0).sum()) == m
     inverse = randomize(RulebookSparseConv3d(6, 4, kernel, indice_key='a', inverse=True), 1)
     inv_rb = build_rulebook(inverse, rb.out_coors, rb.num_valid_out, rb.out_spatial_shape, cache)
-    y = inverse(out, inv_rb.nbr)
+    y = inverse(out, dense_map(inv_rb.nbr, out))
     geometry = [[v] * 3 if isinstance(v, int) else list(v) for v in (kernel, stride, padding, dilation)]
     reach = [(o - 1) * s - 2 * p + d * (k - 1) + 1 for o, k, s, p, d in zip(rb.out_spatial_shape, *geometry)]
     up = F.conv_transpose3d(dense(rb.out_coors[:m], out[:m], rb.out_spatial_shape),
@@ -181,7 +187,8 @@ def test_gradcheck_float64():
     conv = RulebookSparseConv3d(2, 2, 3, 2, 1, indice_key='g').double()
     rb = build_rulebook(conv, pc, coors.shape[0], (3, 3, 4), max_out=12)
     for mode in ('matmul', 'loop'):
-        assert torch.autograd.gradcheck(lambda x, w, b: rulebook_conv(x, rb.nbr, w, b, mode=mode),
+        assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, dense_map(rb.nbr, x), kernel_matrices(w), b,
+                                                                    mode=mode),
                                         (pf.clone().requires_grad_(), conv.weight.detach().clone().requires_grad_(),
                                          conv.bias.detach().clone().requires_grad_()))
 
@@ -191,9 +198,9 @@ def test_modes_agree(subm):
     coors, feats, pc, pf = random_input(seed=9, channels=8)
     conv = RulebookSparseConv3d(8, 16, 3, 1 if subm else 2, 0 if subm else 1, subm=subm)
     nbr = build_rulebook(conv, pc, coors.shape[0], SHAPE, max_out=coors.shape[0]).nbr
-    expected = conv(pf, nbr, mode='matmul')
+    expected = conv(pf, dense_map(nbr, pf), mode='matmul')
     for mode in ('loop', 'auto'):
-        torch.testing.assert_close(conv(pf, nbr, mode=mode), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(conv(pf, dense_map(nbr, pf), mode=mode), expected, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------ state_dict
@@ -251,16 +258,16 @@ def test_build_rulebook_cache_rules_and_bounds():
         build_rulebook(torch.nn.Linear(2, 2), pc, n, SHAPE)
 
 
-def test_rulebook_conv_invalid_arguments():
-    w = torch.zeros(3, 3, 3, 3, 2)
-    with pytest.raises(ValueError, match=r'feats must have shape \(Vin, 2\)'):
-        rulebook_conv(torch.zeros(4, 3), torch.zeros(4, 27, dtype=torch.long), w)
+def test_dense_map_conv_invalid_arguments():
+    w = kernel_matrices(torch.zeros(3, 3, 3, 3, 2))
+    with pytest.raises(ValueError, match=r'x must have shape \(Vin, 2\)'):
+        sparse_conv(torch.zeros(4, 3), KernelMap.dense(torch.zeros(4, 27, dtype=torch.long), 4), w)
     with pytest.raises(ValueError, match=r'nbr must have shape \(Vout, 27\)'):
-        rulebook_conv(torch.zeros(4, 2), torch.zeros(4, 9, dtype=torch.long), w)
-    with pytest.raises(ValueError, match=r'nbr contains 5, expected rows in \[0, 4\]'):
-        rulebook_conv(torch.zeros(4, 2), torch.full((1, 27), 5), w)
+        sparse_conv(torch.zeros(4, 2), KernelMap.dense(torch.zeros(4, 9, dtype=torch.long), 4), w)
+    with pytest.raises(ValueError, match=r'nbr contains 5, expected values in \[0, 5\)'):
+        sparse_conv(torch.zeros(4, 2), KernelMap.dense(torch.full((1, 27), 5), 4), w)
     with pytest.raises(ValueError, match="mode must be 'auto', 'matmul' or 'loop'"):
-        rulebook_conv(torch.zeros(4, 2), torch.zeros(1, 27, dtype=torch.long), w, mode='fast')
+        sparse_conv(torch.zeros(4, 2), KernelMap.dense(torch.zeros(1, 27, dtype=torch.long), 4), w, mode='fast')
 
 
 # ----------------------------------------------------------------------------------------------- ONNX
@@ -273,7 +280,8 @@ class TwoConvs(torch.nn.Module):
         self.down = RulebookSparseConv3d(8, 16, 3, 2, 1, indice_key='d')
 
     def forward(self, feats, nbr_subm, nbr_down):
-        return self.down(torch.relu(self.subm(feats, nbr_subm, mode='matmul')), nbr_down, mode='loop')
+        x = torch.relu(self.subm(feats, dense_map(nbr_subm, feats), mode='matmul'))
+        return self.down(x, dense_map(nbr_down, x), mode='loop')
 
 
 def test_onnx_export_with_rulebook_inputs(tmp_path):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fsdlite.models.backbones import SparseUNet
-from fsdlite.models.layers.rulebook_conv import RulebookSparseConv3d
+from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d
 from fsdlite.models.layers.sparse_block import is_spconv_module
 from fsdlite.ops import voxel_keys
 from fsdlite.utils import compat

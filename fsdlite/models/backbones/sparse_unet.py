@@ -12,7 +12,7 @@ from ..layers.bn_fold import run_conv_norm_act
 from ..layers.channels import stage_channels
 from ..layers.conv_plan import ConvPlan
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
-from ..layers.rulebook_conv import kernel_matrices, rulebook_conv_forward
+from ..layers.rulebook_conv import kernel_matrices
 from ..layers.sparse_block import choose_conv_backend, sparse_conv_block, sparse_sequential, to_sparse_tensor
 from ..layers.sparse_conv import conv_module_forward, sparse_conv
 from ..layers.voxel_geometry import voxel_grid
@@ -62,8 +62,8 @@ class SparseUNet(nn.Module):
             ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop,
             faster on the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors, in
             training and inference; for CUDA tensors ``'spconv'`` when spconv imports and runs there, else
-            ``'fsdlite'``'s CUDA kernels). Same weights, same results up to float rounding; all train. Without spconv (or with
-            ``FSDLITE_NO_SPCONV=1``) the layers are fsdlite's own and only ``'fsdlite'`` runs them.
+            ``'fsdlite'``'s CUDA kernels). Same weights, same results up to float rounding; all train. Without
+            spconv (or with ``FSDLITE_NO_SPCONV=1``) the layers are fsdlite's own and only ``'fsdlite'`` runs them.
     """
     CONV_BACKENDS = ('auto', 'spconv', 'fsdlite')
 
@@ -122,10 +122,10 @@ class SparseUNet(nn.Module):
                 ``kernel_maps``.
             voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]`` inside ``sparse_shape``, unique rows (dynamic run).
             batch_size (int): B (dynamic run).
-            kernel_maps (Sequence, optional): fixed-shape run: one map per conv in execution order
-                (:meth:`conv_plan`), each a padded :class:`~fsdlite.models.layers.sparse_conv.KernelMap`
-                (``ConvPlan.padded_kernel_maps``) or a (V_out, K) neighbour map (``ConvPlan.build_rulebooks``);
-                every conv then runs in standard ops, spconv's weights unchanged.
+            kernel_maps (Sequence[KernelMap], optional): fixed-shape run: one padded (tiled or dense)
+                :class:`~fsdlite.models.layers.sparse_conv.KernelMap` per conv in execution order (:meth:`conv_plan`:
+                ``tiled_kernel_maps`` / ``dense_kernel_maps``); every conv then runs in standard ops, spconv's
+                weights unchanged.
         Returns:
             Tensor: (V, out_channels) features, row ``i`` belonging to ``voxel_coors[i]`` (with ``kernel_maps``:
             row-aligned with the padded input, padding rows unspecified).
@@ -182,10 +182,7 @@ class SparseUNet(nn.Module):
         maps = iter(kernel_maps)
 
         def conv(layers, x):
-            kmap = next(maps)
-            if isinstance(kmap, torch.Tensor):
-                return rulebook_conv_forward(layers[0], x, kmap), 1
-            return conv_module_forward(layers[0], x, kmap), 1
+            return conv_module_forward(layers[0], x, next(maps)), 1
 
         return self._run_convs(voxel_feats, conv)
 

@@ -139,7 +139,9 @@ class FSDv2Lite(SparseDetectorBase):
         if 'max_virtual_pairs' in self.bounds:
             pair_lists, pair_dropped = plan.build_pair_lists(maps, bounds, self.bounds['max_virtual_pairs'],
                                                              strict=strict, bound_name='max_virtual_pairs')
-            maps = plan.padded_kernel_maps(pair_lists, bounds)
+            maps = plan.tiled_kernel_maps(pair_lists, bounds)
+        else:
+            maps = plan.dense_kernel_maps(maps, bounds)
         mixed = self.mixer(voxel_feats, kernel_maps=maps)
         virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
         count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')

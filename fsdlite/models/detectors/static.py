@@ -245,9 +245,10 @@ class StaticDetectorMixin:
     def extract_feat_static(self, points, point2voxel, voxel_coors, nbrs):
         """(N, C_neck) point features of padded points (VFE -> rulebook UNet -> neck)."""
         voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
-        if self.uses_pair_lists():
-            nbrs = self.backbone.conv_plan().padded_kernel_maps(nbrs, self.bounds['max_voxels'])
-        voxel_feats = self.backbone(voxel_feats, kernel_maps=nbrs)
+        plan, levels = self.backbone.conv_plan(), self.bounds['max_voxels']
+        maps = plan.tiled_kernel_maps(nbrs, levels) if self.uses_pair_lists() \
+            else plan.dense_kernel_maps(nbrs, levels)
+        voxel_feats = self.backbone(voxel_feats, kernel_maps=maps)
         return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
 
     def forward_static(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, nbrs, batch_size,

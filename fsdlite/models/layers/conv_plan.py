@@ -7,10 +7,11 @@ builds the kernel maps of one batch of voxels, in the forms the runs need:
 * :meth:`ConvPlan.exact_kernel_maps` -- exact :class:`~fsdlite.models.layers.sparse_conv.KernelMap` of every conv
   (the eager forward on fsdlite's fused kernels; the deploy pre-ops tile them into pair lists);
 * :meth:`ConvPlan.build_rulebooks` -- padded (V_level, K) neighbour maps at level bounds (fixed-shape runs; also
-  in-graph through an export-safe ``ops``), cut to smaller bounds by :meth:`ConvPlan.shrink_rulebooks`;
+  in-graph through an export-safe ``ops``), cut to smaller bounds by :meth:`ConvPlan.shrink_rulebooks`, read as
+  dense kernel maps by :meth:`ConvPlan.dense_kernel_maps`;
 * :meth:`ConvPlan.build_pair_lists` / :meth:`ConvPlan.pair_lists_from_exact` -- (3, P) pair lists under pair
-  bounds (one per :meth:`ConvPlan.pair_slots` entry), read as padded kernel maps by
-  :meth:`ConvPlan.padded_kernel_maps`.
+  bounds (one per :meth:`ConvPlan.pair_slots` entry), read as tiled kernel maps by
+  :meth:`ConvPlan.tiled_kernel_maps`.
 
 Submanifold convs of a level share one map; an inverse conv takes its strided conv's pairs, swapped.
 """
@@ -270,14 +271,23 @@ class ConvPlan:
         zero = torch.zeros((), dtype=torch.long, device=nbrs[0].device if len(nbrs) else None)
         return lists, torch.stack([dropped.get(i, zero).reshape(()) for i in range(self.pair_slots())])
 
-    def padded_kernel_maps(self, pair_lists, max_voxels):
-        """The (3, P) pair lists of :meth:`build_pair_lists` / :meth:`pair_lists_from_exact` as padded
+    def tiled_kernel_maps(self, pair_lists, max_voxels):
+        """The (3, P) pair lists of :meth:`build_pair_lists` / :meth:`pair_lists_from_exact` as tiled
         :class:`KernelMap` (inside an exported graph too: slices only), rows from the level bounds."""
+        layout = self._check_count('tiled_kernel_maps', pair_lists, max_voxels)
+        return [KernelMap.tiled(pl, num_in, num_out) for pl, (_, _, num_in, num_out) in zip(pair_lists, layout)]
+
+    def dense_kernel_maps(self, nbrs, max_voxels):
+        """The (V_out, K) neighbour maps of :meth:`build_rulebooks` (every conv's, inverse ones included) as dense
+        :class:`KernelMap`, input rows from the level bounds."""
+        layout = self._check_count('dense_kernel_maps', nbrs, max_voxels)
+        return [KernelMap.dense(nbr, num_in) for nbr, (_, _, num_in, _) in zip(nbrs, layout)]
+
+    def _check_count(self, name, maps, max_voxels):
         layout = self.rulebook_layout(max_voxels)
-        if len(pair_lists) != len(layout):
-            raise ValueError(f'padded_kernel_maps: expected {len(layout)} pair lists (one per conv), '
-                             f'got {len(pair_lists)}')
-        return [KernelMap.padded(pl, num_in, num_out) for pl, (_, _, num_in, num_out) in zip(pair_lists, layout)]
+        if len(maps) != len(layout):
+            raise ValueError(f'{name}: expected {len(layout)} maps (one per conv), got {len(maps)}')
+        return layout
 
 
 __all__ = ['ConvPlan']

@@ -9,8 +9,8 @@ at the dump rows):
     pairs (3, P) int64:  pairs[0] input row (Vin = dump)   pairs[1] output row (Vout = dump)
                          pairs[2] kernel offset (the same for the rows of a tile; 0 in unused tiles)
 
-:meth:`KernelMap.padded <fsdlite.models.layers.sparse_conv.KernelMap.padded>` reads it as the padded form of the
-one kernel-map type, run by :func:`~fsdlite.models.layers.sparse_conv.sparse_conv`'s export backend.  The capacity
+:meth:`KernelMap.tiled <fsdlite.models.layers.sparse_conv.KernelMap.tiled>` reads it as the tiled layout of the
+one kernel-map type, run by :func:`~fsdlite.models.layers.sparse_conv.sparse_conv` in standard ops.  The capacity
 P comes from a bound on the real pairs (``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour
 map, :func:`pairs_from_offset_pairs` from the exact offset-grouped pairs (the deploy pre-ops), and
 :func:`traced_pairs` inside a graph; all report the pairs that did not fit.

@@ -2,7 +2,7 @@
 
 The conv layers are spconv's where spconv imports (through :func:`fsdlite.utils.compat.import_spconv`: CPU shims
 applied; its import takes ~10 s, so importing this module stays cheap), else fsdlite's own
-:class:`~fsdlite.models.layers.rulebook_conv.RulebookSparseConv3d` in an ``nn.Sequential`` (a machine without
+:class:`~fsdlite.models.layers.sparse_conv.RulebookSparseConv3d` in an ``nn.Sequential`` (a machine without
 spconv, or ``FSDLITE_NO_SPCONV=1``). Both have the same parameters and state_dict keys, so checkpoints move between
 them unchanged; networks on fsdlite's layers run their convolutions with ``fsdlite.ops.sparse_conv`` (CPU and
 CUDA).
@@ -13,7 +13,7 @@ from torch import nn
 from fsdlite.utils import compat
 
 from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, norm_has_bias
-from .rulebook_conv import RulebookSparseConv3d
+from .sparse_conv import RulebookSparseConv3d
 
 SPARSE_CONV_TYPES = ('SubMConv3d', 'SparseConv3d', 'SparseInverseConv3d')
 

@@ -1,119 +1,156 @@
-"""The sparse-convolution functional and its one pair format, :class:`KernelMap`.
+"""The sparse-convolution functional, its one pair format :class:`KernelMap`, and the conv module family.
 
 A kernel map lists the (input row, output row) pairs of one sparse convolution grouped by kernel offset (offset
-``k`` in ``itertools.product`` order of the kernel, spconv's weight order). It comes in two forms of the same
-type:
+``k`` in ``itertools.product`` order of the kernel, spconv's weight order). One type, three layouts:
 
-* **exact** -- ``offset_starts`` (K + 1,) marks where each offset's pairs start; no padding, output rows ascending
-  within an offset (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs`` / ``pairs_by_offset``). Run by
-  fsdlite's fused kernels (``fsdlite.ops.sparse_conv``, CPU and CUDA, forward and backward).
-* **padded** -- a fixed capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
+* **exact** -- ``pairs`` (2, P) and ``offset_starts`` (K + 1,) marking where each offset's pairs start; no padding,
+  output rows ascending within an offset (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs`` /
+  ``pairs_by_offset``). Run by fsdlite's fused kernels (``fsdlite.ops.sparse_conv``, CPU and CUDA, forward and
+  backward).
+* **tiled** -- padded to a capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
   (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``). Run as a
-  gather-GEMM-scatter of standard ops (the export form: Gather / MatMul / ScatterND(add), static shapes).
+  gather-GEMM-scatter of standard ops (Gather / MatMul / ScatterND(add), static shapes).
+* **dense** -- padded to one slot per output row and offset: ``nbr`` (Vout, K) holds the input row of each (the
+  output row is implicit), ``num_in`` where there is none (spconv's rulebooks as padded index tensors). Run as a
+  gather-GEMM of standard ops.
 
-:func:`sparse_conv` picks the backend from the form. Weights are the (K, Cin, Cout) matrices of
-:func:`kernel_matrices` (spconv's ``(Cout, kz, ky, kx, Cin)`` weight, unchanged in the modules);
-:func:`conv_module_forward` runs an spconv layer (or ``RulebookSparseConv3d``) on a kernel map.
+:func:`sparse_conv` picks the backend from the layout; weights are (K, Cin, Cout) matrices
+(:func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices` of spconv's ``(Cout, kz, ky, kx, Cin)`` weight).
+:class:`RulebookSparseConv3d` holds spconv's parameters unchanged and runs on a kernel map;
+:func:`conv_module_forward` runs an spconv layer the same way.
 """
+import math
 from typing import NamedTuple, Optional
 
 import torch
+from torch import nn
 
 import fsdlite.ops as fsdlite_ops
 from fsdlite.structures.padded import with_dump_row
 
-from .rulebook_conv import conv_geometry, kernel_matrices
+from .rulebook_conv import MAX_VOXELS_BUFFER, conv_geometry, kernel_matrices
 from .static_ops import check_index
 
-PAIR_TILE = 128  #: rows per tile of a padded map (one kernel offset each); larger tiles copy fewer weights
+PAIR_TILE = 128  #: rows per tile of a tiled map (one kernel offset each); larger tiles copy fewer weights
+DENSE_MODES = ('auto', 'matmul', 'loop')
 
 
 class KernelMap(NamedTuple):
-    """Offset-grouped (input row, output row) pairs of one sparse convolution, exact or padded (module docstring).
+    """Offset-grouped (input row, output row) pairs of one sparse convolution (layouts: module docstring).
 
-    Build with :meth:`exact` or :meth:`padded`; exactly one of ``offset_starts`` and ``tile_offsets`` is set.
+    Build with :meth:`exact`, :meth:`tiled` or :meth:`dense`.
     """
-    pairs: torch.Tensor                   #: (2, P) int64 [input row; output row], grouped by kernel offset
+    pairs: Optional[torch.Tensor]          #: exact, tiled: (2, P) int64 [input row; output row], grouped by offset
     offset_starts: Optional[torch.Tensor]  #: exact: (K + 1,) int64 first pair of each offset (last = P)
-    tile_offsets: Optional[torch.Tensor]   #: padded: (P // tile,) int64 kernel offset of each tile
+    tile_offsets: Optional[torch.Tensor]   #: tiled: (P // tile,) int64 kernel offset of each tile
+    nbr: Optional[torch.Tensor]            #: dense: (Vout, K) int64 input row per output row and offset
     num_in: int                            #: input rows Vin (the input dump row of a padded map)
-    num_out: int                           #: output rows Vout (the output dump row of a padded map)
+    num_out: int                           #: output rows Vout (the output dump row of a tiled map)
 
     @classmethod
     def exact(cls, offset_pairs, num_in, num_out):
         """An exact map from ``(pairs (2, P), offset_starts (K + 1,))`` (``fsdlite.ops.OffsetPairs``)."""
         pairs, starts = offset_pairs
-        return cls(pairs, starts, None, int(num_in), int(num_out))
+        return cls(pairs, starts, None, None, int(num_in), int(num_out))
 
     @classmethod
-    def padded(cls, pair_list, num_in, num_out, tile=PAIR_TILE):
-        """A padded map from a (3, P) int64 tile list ``[input row; output row; kernel offset]`` (P a multiple of
-        ``tile``, the offset constant within a tile: ``fsdlite.ops.rulebook_pairs``, :func:`pair_list_from_exact`).
-        Works inside an exported graph (slices only)."""
+    def tiled(cls, pair_list, num_in, num_out, tile=PAIR_TILE):
+        """A tiled map from a (3, P) int64 pair list ``[input row; output row; kernel offset]`` (P a multiple of
+        ``tile``, the offset constant within a tile: :mod:`~fsdlite.models.layers.pair_conv`). Works inside an
+        exported graph (slices only)."""
         if pair_list.dim() != 2 or pair_list.shape[0] != 3 or pair_list.shape[1] % tile:
-            raise ValueError(f'KernelMap.padded: the pair list must have shape (3, P) with P a multiple of {tile}, '
+            raise ValueError(f'KernelMap.tiled: the pair list must have shape (3, P) with P a multiple of {tile}, '
                              f'got {tuple(pair_list.shape)}')
-        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], int(num_in), int(num_out))
+        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], None, int(num_in), int(num_out))
+
+    @classmethod
+    def dense(cls, nbr, num_in):
+        """A dense map from a (Vout, K) int64 neighbour map whose missing entries are ``num_in``
+        (:func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`)."""
+        return cls(None, None, None, nbr, int(num_in), int(nbr.shape[0]))
 
     @property
-    def is_padded(self):
-        """True for the padded (export) form."""
-        return self.tile_offsets is not None
-
-    @property
-    def tile(self):
-        """Rows per tile of a padded map."""
-        return self.pairs.shape[1] // self.tile_offsets.shape[0]
+    def layout(self):
+        """``'exact'``, ``'tiled'`` or ``'dense'``."""
+        return 'dense' if self.nbr is not None else ('tiled' if self.tile_offsets is not None else 'exact')
 
     def transposed(self):
-        """The map of the inverse convolution: input and output rows swapped, the same offsets.
-
-        An exact map must list its input rows ascending within an offset (true of the strided convs'
-        ``conv_offset_pairs``), so the swapped pairs keep the output order the fused kernels need.
-        """
+        """The map of the inverse convolution of an exact or tiled map: input and output rows swapped, the same
+        offsets.  An exact map must list its input rows ascending within an offset (true of the strided convs'
+        ``conv_offset_pairs``), so the swapped pairs keep the output order the fused kernels need."""
+        if self.nbr is not None:
+            raise ValueError('KernelMap.transposed: a dense map is transposed by rulebook_inverse (build_rulebook)')
         return self._replace(pairs=self.pairs.flip(0), num_in=self.num_out, num_out=self.num_in)
 
 
-def sparse_conv(x, kernel_map, weight, bias=None):
+def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
     """Sparse convolution ``out[o] = sum over pairs (i, o) of offset k of x[i] @ weight[k] (+ bias)``.
 
-    Backend by the map's form: exact -> ``fsdlite.ops.sparse_conv`` (fused, CPU/CUDA, differentiable); padded ->
-    gather-GEMM-scatter in standard ops (exportable).
+    Backend by the map's layout: exact -> ``fsdlite.ops.sparse_conv`` (fused, CPU/CUDA, differentiable); tiled ->
+    gather-GEMM-scatter, dense -> gather-GEMM, both in standard ops (exportable, autograd through them).
 
     Args:
         x (Tensor): (Vin, Cin) input rows (padding rows allowed: a padded map never reads them).
         kernel_map (KernelMap): the convolution's pairs.
-        weight (Tensor): (K, Cin, Cout) one matrix per kernel offset (:func:`kernel_matrices`).
+        weight (Tensor): (K, Cin, Cout) one matrix per kernel offset.
         bias (Tensor, optional): (Cout,).
+        mode (str): dense maps only: 'matmul' (one (Vout, K*Cin) @ (K*Cin, Cout) product), 'loop' (K accumulated
+            products, less memory) or 'auto' (matmul when the gathered (Vout, K, Cin) buffer is <= 64 MiB).
     Returns:
         Tensor: (num_out, Cout); rows without pairs hold the bias (or 0).
     """
-    if not kernel_map.is_padded:
+    if kernel_map.layout == 'exact':
         return fsdlite_ops.sparse_conv(x, weight, kernel_map.pairs, kernel_map.offset_starts, kernel_map.num_out,
                                        bias=bias)
-    cin, cout = weight.shape[1], weight.shape[2]
+    kv, cin, cout = weight.shape
     if x.dim() != 2 or x.shape[1] != cin:
         raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
-    pairs, num_out, tile = kernel_map.pairs, kernel_map.num_out, kernel_map.tile
-    check_index('sparse_conv: kernel_map.pairs[0] (input rows)', pairs[0], 0, x.shape[0] + 1)
-    check_index('sparse_conv: kernel_map.pairs[1] (output rows)', pairs[1], 0, num_out + 1)
-    check_index('sparse_conv: kernel_map.tile_offsets', kernel_map.tile_offsets, 0, weight.shape[0])
-    num_tiles = kernel_map.tile_offsets.shape[0]
-    gathered = with_dump_row(x).index_select(0, pairs[0]).view(num_tiles, tile, cin)
-    z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets)).view(-1, cout)
-    out = x.new_zeros(num_out + 1, cout).index_add(0, pairs[1], z)[:num_out]
+    out = _dense_conv(x, kernel_map.nbr, weight, mode) if kernel_map.layout == 'dense' else _tiled_conv(
+        x, kernel_map, weight)
     return out if bias is None else out + bias
 
 
-def conv_module_forward(module, x, kernel_map):
-    """Run an spconv ``SubMConv3d`` / ``SparseConv3d`` / ``SparseInverseConv3d`` (or a ``RulebookSparseConv3d``)
-    on (Vin, Cin) features over its kernel map, its weight and bias unchanged -> (num_out, Cout)."""
+def _tiled_conv(x, kernel_map, weight):
+    cin, cout = weight.shape[1], weight.shape[2]
+    pairs, num_out, num_tiles = kernel_map.pairs, kernel_map.num_out, kernel_map.tile_offsets.shape[0]
+    check_index('sparse_conv: kernel_map.pairs[0] (input rows)', pairs[0], 0, x.shape[0] + 1)
+    check_index('sparse_conv: kernel_map.pairs[1] (output rows)', pairs[1], 0, num_out + 1)
+    check_index('sparse_conv: kernel_map.tile_offsets', kernel_map.tile_offsets, 0, weight.shape[0])
+    gathered = with_dump_row(x).index_select(0, pairs[0]).view(num_tiles, -1, cin)
+    z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets)).view(-1, cout)
+    return x.new_zeros(num_out + 1, cout).index_add(0, pairs[1], z)[:num_out]
+
+
+def _dense_conv(x, nbr, weight, mode):
+    kv, cin, cout = weight.shape
+    if nbr.dim() != 2 or nbr.shape[1] != kv:
+        raise ValueError(f'sparse_conv: kernel_map.nbr must have shape (Vout, {kv}) for {kv} kernel offsets, got '
+                         f'{tuple(nbr.shape)}')
+    if mode not in DENSE_MODES:
+        raise ValueError(f"sparse_conv: mode must be 'auto', 'matmul' or 'loop', got {mode!r}")
+    check_index('sparse_conv: kernel_map.nbr', nbr, 0, x.shape[0] + 1)
+    padded = with_dump_row(x)
+    vout = nbr.shape[0]
+    if mode == 'auto':
+        mode = 'matmul' if vout * kv * cin * x.element_size() <= 64 * 2 ** 20 else 'loop'
+    if mode == 'matmul':
+        return padded.index_select(0, nbr.reshape(-1)).view(vout, kv * cin) @ weight.reshape(kv * cin, cout)
+    out = x.new_zeros(vout, cout)
+    for k in range(kv):
+        out = out + padded.index_select(0, nbr[:, k]) @ weight[k]
+    return out
+
+
+def conv_module_forward(module, x, kernel_map, mode='auto'):
+    """Run an spconv ``SubMConv3d`` / ``SparseConv3d`` / ``SparseInverseConv3d`` (or a
+    :class:`RulebookSparseConv3d`) on (Vin, Cin) features over its kernel map, weight and bias unchanged
+    -> (num_out, Cout) (``mode``: :func:`sparse_conv`)."""
     matrices = kernel_matrices(module.weight, conv_geometry(module).one_by_one)
-    return sparse_conv(x, kernel_map, matrices, module.bias)
+    return sparse_conv(x, kernel_map, matrices, module.bias, mode=mode)
 
 
 def pair_capacity(max_pairs, kernel_volume, tile=PAIR_TILE):
-    """Rows of a padded map that holds any ``max_pairs`` real pairs of a K-offset convolution: each offset wastes
+    """Rows of a tiled map that holds any ``max_pairs`` real pairs of a K-offset convolution: each offset wastes
     at most ``tile - 1`` rows of its last tile, so ``round_up(max_pairs + K * (tile - 1), tile)``."""
     if int(max_pairs) < 1 or int(kernel_volume) < 1:
         raise ValueError(f'pair_capacity: max_pairs and kernel_volume must be >= 1, got {max_pairs}, {kernel_volume}')
@@ -121,4 +158,79 @@ def pair_capacity(max_pairs, kernel_volume, tile=PAIR_TILE):
     return -(-rows // tile) * tile
 
 
-__all__ = ['PAIR_TILE', 'KernelMap', 'sparse_conv', 'conv_module_forward', 'pair_capacity']
+class RulebookSparseConv3d(nn.Module):
+    """Sparse 3D conv run on a :class:`KernelMap`, parameter-compatible with spconv 2.x.
+
+    ``weight`` (Cout, kz, ky, kx, Cin) and ``bias`` (Cout,) are spconv's, so a state_dict of an spconv
+    ``SubMConv3d`` (``subm=True``), ``SparseConv3d`` or ``SparseInverseConv3d`` (``inverse=True``) with the
+    same arguments loads with ``strict=True`` (including ``max_num_voxels_during_training`` when
+    ``record_voxel_count=True``, updated by :func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`).
+
+    spconv quirk kept on purpose: for 1x1x1 kernels with stride 1 spconv multiplies by ``weight.view(Cin, Cout)``
+    (its weight reinterpreted, not transposed; :func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices`), so
+    trained checkpoints give identical outputs.
+
+    Args:
+        in_channels, out_channels (int): Cin, Cout.
+        kernel_size, stride, padding, dilation (int | Sequence[int]): geometry (z, y, x), as spconv.
+        bias (bool): learnable bias.
+        subm (bool): submanifold conv (odd kernel; output voxels = input voxels).
+        inverse (bool): inverse of the strided conv sharing ``indice_key``.
+        indice_key (str, optional): rulebook sharing key (see ``build_rulebook``).
+        record_voxel_count (bool): keep spconv's max-output-voxels buffer (strided convs).
+
+    Forward: ``(feats (Vin, Cin), kernel_map) -> (kernel_map.num_out, Cout)``.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size=3, stride=1, padding=0, dilation=1, bias=True,
+                 subm=False, inverse=False, indice_key=None, record_voxel_count=False):
+        super().__init__()
+        if subm and inverse:
+            raise ValueError('RulebookSparseConv3d: subm and inverse are exclusive')
+        if inverse and indice_key is None:
+            raise ValueError('RulebookSparseConv3d: an inverse conv needs the indice_key of its strided conv')
+        triple = lambda v: [int(v)] * 3 if isinstance(v, int) else [int(x) for x in v]  # noqa: E731
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size, self.stride = triple(kernel_size), triple(stride)
+        self.padding, self.dilation = triple(padding), triple(dilation)
+        self.subm, self.inverse, self.indice_key = bool(subm), bool(inverse), indice_key
+        self.ndim, self.transposed = 3, False
+        if self.inverse:  # spconv's inverse convs take their geometry from the paired conv
+            self.stride, self.padding, self.dilation = [1] * 3, [0] * 3, [1] * 3
+        self.weight = nn.Parameter(torch.empty(self.out_channels, *self.kernel_size, self.in_channels))
+        self.bias = nn.Parameter(torch.empty(self.out_channels)) if bias else None
+        if record_voxel_count and not subm and not inverse:
+            self.register_buffer(MAX_VOXELS_BUFFER, torch.zeros(1, dtype=torch.int32))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Kaiming-uniform weight (fan_in = K * Cin) and uniform bias, as torch conv layers."""
+        fan_in = self.in_channels * math.prod(self.kernel_size)
+        bound = 1 / math.sqrt(fan_in)
+        nn.init.uniform_(self.weight, -math.sqrt(3) * bound, math.sqrt(3) * bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    @classmethod
+    def from_spconv(cls, module):
+        """A RulebookSparseConv3d with the geometry and (copied) parameters of an spconv conv."""
+        g = conv_geometry(module)
+        new = cls(module.in_channels, module.out_channels, g.kernel_size, g.stride, g.padding, g.dilation,
+                  bias=module.bias is not None, subm=bool(module.subm), inverse=bool(module.inverse),
+                  indice_key=g.indice_key, record_voxel_count=hasattr(module, MAX_VOXELS_BUFFER))
+        new.load_state_dict(module.state_dict(), strict=True)
+        return new.to(module.weight.device)
+
+    def forward(self, feats, kernel_map, mode='auto'):
+        """(Vin, Cin) features on a :class:`KernelMap` -> (num_out, Cout) (``mode``: :func:`sparse_conv`)."""
+        return conv_module_forward(self, feats, kernel_map, mode=mode)
+
+    def extra_repr(self):
+        """Channels, kind (subm / inverse / conv), kernel geometry and ``indice_key``."""
+        kind = 'subm' if self.subm else ('inverse' if self.inverse else 'conv')
+        return (f'{self.in_channels}, {self.out_channels}, kind={kind}, kernel_size={self.kernel_size}, '
+                f'stride={self.stride}, padding={self.padding}, dilation={self.dilation}, '
+                f'indice_key={self.indice_key!r}')
+
+
+__all__ = ['PAIR_TILE', 'KernelMap', 'sparse_conv', 'conv_module_forward', 'pair_capacity', 'RulebookSparseConv3d']

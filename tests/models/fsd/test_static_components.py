@@ -75,9 +75,9 @@ def test_rulebook_unet_equals_spconv(unet, graph_ops):
     feats[n:] = 1e6  # padding rows never leak into valid outputs
     with torch.no_grad():
         ref = unet(feats[:n], coors[:n], 2)
-        nbrs, nums, dropped = unet.conv_plan().build_rulebooks(coors, n, [coors.shape[0], 400, 400],
-                                                               ops=GraphRulebookOps(2) if graph_ops else None)
-        out = unet(feats, kernel_maps=nbrs)
+        plan, levels = unet.conv_plan(), [coors.shape[0], 400, 400]
+        nbrs, nums, dropped = plan.build_rulebooks(coors, n, levels, ops=GraphRulebookOps(2) if graph_ops else None)
+        out = unet(feats, kernel_maps=plan.dense_kernel_maps(nbrs, levels))
     torch.testing.assert_close(out[:n], ref, rtol=1e-10, atol=1e-10)
     assert int(nums[0]) == n and all(int(d) == 0 for d in dropped) and int(nums[2]) > 0
 
