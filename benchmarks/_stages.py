@@ -15,19 +15,22 @@ import torch
 
 # stage -> (path of the object, method) of the FSD-lite / FSDv2-lite calls that make it up; '' is the model.
 # '__call__' times calls of a plain callable object (no nn.Module, so no ``forward`` to wrap).
+# 'factory().method' times that method of every object the factory returns while the block runs (the mixer's
+# kernel maps are built by the ConvPlan its conv_plan() hands out).
 # 'instances' is what instances() / static_instances() do outside the timed calls within them: FSD-lite's
 # grouping of voted centres (and SIR's gathers), FSDv2-lite's voxelization of the virtual points.
 DETECTOR_STAGES = {
     'pre_ops': [('', 'static_inputs')],
     'vfe': [('voxel_encoder', 'forward')],
-    'backbone': [('backbone', 'forward'), ('backbone', 'forward_rulebook')],
+    'backbone': [('backbone', 'forward')],
     'neck_head': [('neck', 'forward'), ('seg_head', 'forward')],
     'fg_sampling': [('fg_sampler', '__call__'), ('fg_sampler', 'select_padded')],
     'instances': [('', 'instances'), ('', 'static_instances')],
     'sir': [('sir', 'forward')],
     'virtual_voxels': [('virtual_encoder', 'forward'), ('virtual_vfe', 'forward')],
-    'mixer_rulebooks': [('mixer', 'build_rulebooks'), ('mixer', 'build_pair_lists')],
-    'mixer': [('mixer', 'forward'), ('mixer', 'forward_rulebook')],
+    'mixer_rulebooks': [('mixer', 'conv_plan().build_rulebooks'), ('mixer', 'conv_plan().build_pair_lists'),
+                        ('mixer', 'conv_plan().tiled_kernel_maps'), ('mixer', 'conv_plan().dense_kernel_maps')],
+    'mixer': [('mixer', 'forward')],
     'box_head': [('bbox_head', 'forward'), ('bbox_head', 'select_padded')],
     'nms': [('bbox_head', 'predict'), ('bbox_head', 'nms')],
 }
@@ -86,8 +89,13 @@ def record_stages(model, synchronize=None, stages=None):
         return call
 
     patched, proxied = [], []
+    made = defaultdict(list)  # (path, factory) -> [(stage, method)] timed on each object the factory returns
     for name, calls in (stages or DETECTOR_STAGES).items():
         for path, method in calls:
+            if '().' in method:
+                factory, _, produced = method.partition('().')
+                made[path, factory].append((name, produced))
+                continue
             obj = _resolve(model, path)
             if obj is None or (method == '__call__' and (isinstance(obj, torch.nn.Module) or not callable(obj))):
                 continue
@@ -102,6 +110,21 @@ def record_stages(model, synchronize=None, stages=None):
                 continue
             setattr(obj, method, timed(name, fn))  # an instance attribute: shadows the class's method
             patched.append((obj, method))
+    for (path, factory), methods in made.items():
+        obj = _resolve(model, path)
+        make = getattr(obj, factory, None) if obj is not None else None
+        if make is None or factory in vars(obj):
+            continue
+
+        def make_timed(*args, _make=make, _methods=methods, **kwargs):
+            product = _make(*args, **kwargs)
+            for name, method in _methods:
+                fn = getattr(product, method, None)
+                if fn is not None:
+                    setattr(product, method, timed(name, fn))
+            return product
+        setattr(obj, factory, make_timed)
+        patched.append((obj, factory))
     try:
         yield record
     finally:
