@@ -102,7 +102,7 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
     if kernel_map.layout == 'exact':
         return fsdlite_ops.sparse_conv(x, weight, kernel_map.pairs, kernel_map.offset_starts, kernel_map.num_out,
                                        bias=bias)
-    kv, cin, cout = weight.shape
+    cin = weight.shape[1]
     if x.dim() != 2 or x.shape[1] != cin:
         raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
     out = _dense_conv(x, kernel_map.nbr, weight, mode) if kernel_map.layout == 'dense' else _tiled_conv(
