@@ -26,6 +26,7 @@ from mmengine.hooks import Hook
 from mmengine.utils import ProgressBar
 
 from fsdlite.apis import predict_item, score_samples
+from fsdlite.engine.averaged_weights import use_averaged_weights
 from fsdlite.engine.errors import ToolError
 from fsdlite.engine.schedule import rescale_schedule
 from fsdlite.engine.tool_setup import (CfgOptionsAction, build_runner, check_schedule, in_dir, load_config, number,
@@ -216,6 +217,10 @@ def main(argv=None):
 
     with timer('simulation and training (validating on held-out simulated frames)'):
         runner.train()
+    averaged = use_averaged_weights(runner)  # what the checkpoint holds and validation scored
+    if averaged:
+        print('the model goes on with the moving average of its weights (EMAHook), as its checkpoint holds them',
+              flush=True)
     synthetic = curves.last_validation()
     model = runner.model
     model.eval()
@@ -263,7 +268,8 @@ def main(argv=None):
           f'(target on real frames >= {target}: {"PASS" if real >= target else "FAIL"})')
     print('pictures: ' + ', '.join(osp.relpath(str(p)) for p in pngs))
     summary = dict(task=task, results={name: res for name, res in rows}, phases=timer.phases, total_seconds=total,
-                   max_iters=cfg.train_cfg.max_iters, threads=args.threads, pictures=[str(p) for p in pngs])
+                   max_iters=cfg.train_cfg.max_iters, threads=args.threads, averaged_weights=averaged,
+                   pictures=[str(p) for p in pngs])
     with open(osp.join(out_dir, 'results.json'), 'w') as f:
         json.dump(summary, f, indent=2, default=float)
     print('RESULT ' + json.dumps({'task': task, f'synthetic_{key}': synthetic.get(key, math.nan),

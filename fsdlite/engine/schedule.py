@@ -10,6 +10,9 @@ from mmengine.logging import print_log
 from .errors import ToolError
 
 SCALED_KEYS = ('begin', 'end', 'T_max')
+#: iteration counts of custom hooks that follow the schedule's length: when the averaging of the weights starts
+#: (mmengine's EMAHook asserts it starts before the run ends) and the foreground warm-up of the FSD detectors
+HOOK_SCALED_KEYS = {'EMAHook': ('begin_iter',), 'FSDWarmupHook': ('enable_after_iter', 'buffer_iter')}
 
 
 def _iterations(name, value):
@@ -29,7 +32,8 @@ def rescale_schedule(cfg, max_iters, old=None, keep=(), log=True):
     ``train_cfg.max_iters`` (and the top-level ``max_iters`` variable, where the config has one) become
     ``max_iters``; every iteration-based scheduler (``by_epoch=False``) has ``begin`` / ``end`` / ``T_max`` /
     ``milestones`` scaled by ``max_iters / old`` (rounded, at least 1 where it was not 0), so a warm-up and a cosine
-    decay keep their shape. Epoch-based schedulers are left as they are.
+    decay keep their shape. Epoch-based schedulers are left as they are. The iteration counts of the custom hooks in
+    :data:`HOOK_SCALED_KEYS` (EMA start, foreground warm-up) are scaled the same way.
 
     Args:
         cfg (mmengine.Config): modified in place.
@@ -39,7 +43,7 @@ def rescale_schedule(cfg, max_iters, old=None, keep=(), log=True):
         log (bool): print the change through mmengine's current logger.
     Returns:
         list[str]: one entry per changed entry, e.g. ``'param_scheduler.1 (CosineAnnealingLR) end 1000 -> 4, T_max
-        1000 -> 4'``.
+        1000 -> 4'`` or ``'custom_hooks.1 (EMAHook) begin_iter 300 -> 1'``.
     Raises:
         ToolError: ``max_iters`` (or ``old``) is not an integer >= 1.
     """
@@ -54,22 +58,28 @@ def rescale_schedule(cfg, max_iters, old=None, keep=(), log=True):
     def scaled(value):
         return max(1, round(value * max_iters / old)) if value else 0
 
-    for i, sched in enumerate(_schedulers(cfg)):
-        if not isinstance(sched, dict) or sched.get('by_epoch', True) is not False:
-            continue
-        where = f'param_scheduler.{i}' if isinstance(cfg.get('param_scheduler'), (list, tuple)) else 'param_scheduler'
+    def scale_entry(entry, where, keys):
         done = []
-        for key in SCALED_KEYS + ('milestones',):
-            value = sched.get(key)
+        for key in keys:
+            value = entry.get(key)
             if f'{where}.{key}' in keep or value is None:
                 continue
             new = [scaled(m) for m in value] if key == 'milestones' else scaled(value) if isinstance(value, int) \
                 else value
             if new != value:
-                sched[key] = new
+                entry[key] = new
                 done.append(f'{key} {value} -> {new}')
         if done:
-            changes.append(f'{where} ({sched.get("type", "?")}) ' + ', '.join(done))
+            changes.append(f'{where} ({entry.get("type", "?")}) ' + ', '.join(done))
+
+    for i, sched in enumerate(_schedulers(cfg)):
+        if not isinstance(sched, dict) or sched.get('by_epoch', True) is not False:
+            continue
+        where = f'param_scheduler.{i}' if isinstance(cfg.get('param_scheduler'), (list, tuple)) else 'param_scheduler'
+        scale_entry(sched, where, SCALED_KEYS + ('milestones',))
+    for i, hook in enumerate(cfg.get('custom_hooks') or []):
+        if isinstance(hook, dict) and hook.get('type') in HOOK_SCALED_KEYS:
+            scale_entry(hook, f'custom_hooks.{i}', HOOK_SCALED_KEYS[hook['type']])
     if log and changes:
         print_log(f'schedule rescaled from {old} to {max_iters} iterations: ' + '; '.join(changes), logger='current')
     return changes
@@ -100,8 +110,8 @@ def apply_max_iters_override(cfg, options, old):
             raise ToolError('--cfg-options max_iters: the config has no train_cfg.max_iters to set (not an '
                             'iteration-based schedule); expected a key of its train_cfg')
         return []
-    keep = {k for k in options if k.startswith('param_scheduler')}
+    keep = {k for k in options if k.startswith(('param_scheduler', 'custom_hooks'))}
     return rescale_schedule(cfg, value, old, keep)
 
 
-__all__ = ['rescale_schedule', 'apply_max_iters_override']
+__all__ = ['HOOK_SCALED_KEYS', 'rescale_schedule', 'apply_max_iters_override']

@@ -82,3 +82,16 @@ def test_training_log_says_the_schedule_was_rescaled(trained_work_dir):
     _, log = trained_work_dir
     assert 'schedule rescaled from 500 to 4 iterations' in log
     assert '(CosineAnnealingLR) end 500 -> 4, T_max 500 -> 4' in log
+
+
+def test_hook_iterations_follow_the_schedule(tools, logged):
+    """The EMA start and the foreground warm-up of the FSD-lite demo config scale with the run (mmengine's EMAHook
+    asserts it starts before the run ends), an explicit hook override wins, and the log says so."""
+    cfg = load_config(str(tools.repo / 'configs/fsd/fsdlite_synthetic.py'), {'max_iters': 40})
+    warmup, ema = cfg.custom_hooks
+    assert (warmup.type, warmup.enable_after_iter, warmup.buffer_iter) == ('FSDWarmupHook', 7, 7)
+    assert (ema.type, ema.begin_iter, ema.momentum) == ('EMAHook', 10, 0.002)
+    assert 'custom_hooks.1 (EMAHook) begin_iter 300 -> 10' in logged[0]
+    cfg = load_config(str(tools.repo / 'configs/fsd/fsdlite_synthetic.py'),
+                      {'max_iters': 40, 'custom_hooks.1.begin_iter': 30})
+    assert cfg.custom_hooks[1].begin_iter == 30 and cfg.custom_hooks[0].enable_after_iter == 7
