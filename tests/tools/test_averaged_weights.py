@@ -32,7 +32,7 @@ def run(tmp_path, hooks):
                     optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
                     train_cfg=dict(by_epoch=False, max_iters=12), custom_hooks=hooks,
                     default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=12, by_epoch=False)),
-                    randomness=dict(seed=0), default_scope='mmengine', experiment_name=tmp_path.name)
+                    randomness=dict(seed=0), default_scope='fsdlite', experiment_name=tmp_path.name)
     runner.train()
     return runner
 
