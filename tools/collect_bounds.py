@@ -26,7 +26,7 @@ from mmengine.utils import ProgressBar
 from fsdlite.datasets.from_config import config_batches
 from fsdlite.engine.errors import ToolError
 from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, load_weights, number, out_file
-from fsdlite.models.detectors.static import PRE_OP_BOUNDS
+from fsdlite.models.fsd.static import PRE_OP_BOUNDS
 from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import merge_max
 from fsdlite.utils.compat import CheckpointLoadError

@@ -1,6 +1,6 @@
 # FSD-lite on synthetic scenes, fixed-shape mode: the same model and weights as fsdlite_synthetic.py
 # (train with either config: training always runs the dynamic path), inference on padded tensors with these
-# bounds (fsdlite/models/detectors/static.py).  Measured by
+# bounds (fsdlite/models/fsd/static.py).  Measured by
 #   python tools/collect_bounds.py configs/fsd/fsdlite_synthetic.py --num-frames 20
 # (random weights, margin 1.2); max_boxes covers every cluster and max_cc_iters has headroom, since a trained
 # model's foreground differs. Re-measure with --checkpoint for a trained model.

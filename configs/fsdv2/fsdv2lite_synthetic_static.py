@@ -1,6 +1,6 @@
 # FSDv2-lite on synthetic scenes, fixed-shape mode: the same model and weights as fsdv2lite_synthetic.py
 # (train with either config: training always runs the dynamic path), inference on padded tensors with these
-# bounds (fsdlite/models/detectors/static.py).  Measured by
+# bounds (fsdlite/models/fsd/static.py).  Measured by
 #   python tools/collect_bounds.py configs/fsdv2/fsdv2lite_synthetic.py --num-frames 20
 # (random weights, margin 1.2); max_boxes covers every virtual voxel. Re-measure with --checkpoint for a
 # trained model.

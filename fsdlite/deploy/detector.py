@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from fsdlite.models.detectors.static import PRE_OP_BOUNDS, dynamic_path
+from fsdlite.models.fsd.static import PRE_OP_BOUNDS, dynamic_path
 from fsdlite.models.layers.sparse_conv import PAIR_TILE
 from fsdlite.structures.bounds import merge_max
 

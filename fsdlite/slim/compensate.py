@@ -55,7 +55,7 @@ def input_moments(model, dims, batches):
     Returns:
         dict: layer name -> :class:`InputMoments` (layers that never saw an input of their width are absent).
     """
-    from fsdlite.models.detectors.static import dynamic_path
+    from fsdlite.models.fsd.static import dynamic_path
     from fsdlite.models.layers.bn_fold import layer_by_layer
 
     modules = dict(model.named_modules())

@@ -21,7 +21,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fsdlite.models.detectors.static import dynamic_path
+from fsdlite.models.fsd.static import dynamic_path
 
 from .rules import bind, flat_outputs
 
@@ -171,7 +171,7 @@ class MacCounter(TorchDispatchMode):
 def count_macs(model, data, mode='predict'):
     """``(total MACs, per-op Counter, uncounted custom ops Counter)`` of ``model(**data, mode=mode)``
     (eval mode, no grad). A fixed-shape model is counted on its dynamic path
-    (:func:`~fsdlite.models.detectors.static.dynamic_path`): the real work, not the padding."""
+    (:func:`~fsdlite.models.fsd.static.dynamic_path`): the real work, not the padding."""
     counter = MacCounter()
     handles = counter.attach(model)
     was_training = model.training

@@ -5,7 +5,7 @@ The slim model (student) keeps the original's structure with fewer channels, so 
 (``mode='loss'``) :class:`SlimDistillHook` runs the teacher on the same preprocessed inputs, in eval mode and
 without gradients, only up to that submodule (its forward is cut there), and adds the submodule's own
 ``distill_loss(student_outputs, teacher_outputs)`` (a dict of scalar losses, e.g.
-:meth:`fsdlite.models.heads.PointSegHead.distill_loss`) to the task losses as ``loss_distill_<name>``.
+:meth:`fsdlite.models.lidar.PointSegHead.distill_loss`) to the task losses as ``loss_distill_<name>``.
 
 Everything goes through PyTorch forward hooks (no method is replaced); the saved checkpoints hold the student
 only. Batches the teacher or the student produced no output for (no voxel) are counted and reported.

@@ -21,7 +21,7 @@ from typing import List
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fsdlite.models.detectors.static import dynamic_path
+from fsdlite.models.fsd.static import dynamic_path
 from fsdlite.models.layers.bn_fold import layer_by_layer
 
 from . import custom_rules  # noqa: F401  (registers the fsdlite op rules)
@@ -254,7 +254,7 @@ def strip_labels(obj, seen=None):
 def trace_channels(model, data, mode='tensor'):
     """Trace ``model(**data, mode=mode)`` (eval mode, no grad) and return the :class:`ChannelTracer`.
 
-    A fixed-shape model is traced on its dynamic path (:func:`~fsdlite.models.detectors.static.dynamic_path`): its
+    A fixed-shape model is traced on its dynamic path (:func:`~fsdlite.models.fsd.static.dynamic_path`): its
     rulebook convs read the sparse-conv weights functionally, which the layer hooks would see as unknown parameter
     use (every backbone channel frozen); for the same reason layers that read a gathered concatenation split
     (``LinearNormAct.forward_gathered_concat``) are traced on the concatenation (:func:`layer_by_layer`).

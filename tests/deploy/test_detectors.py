@@ -68,7 +68,7 @@ def test_fsd_deployed_detections_equal_eager_pytorch(fsd_export, kitti_frame):
 def test_eager_runs_the_default_backend_and_predicts_like_the_reference(fsd_export, kitti_frame, monkeypatch):
     """``eager`` (the latency baseline users run) keeps the UNet's own backend ('auto': the fused CPU kernels),
     ``reference`` runs spconv; both predict the same boxes and restore the static model afterwards."""
-    from fsdlite.models.backbones import SparseUNet
+    from fsdlite.models.lidar import SparseUNet
     _, adapter, _, _ = prepare(fsd_export.out_dir / 'config.py', 'random', frames=[kitti_frame])
     fused = []
     original = SparseUNet._forward_fused

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers.bn_fold import batch_norm_affine, fold_batch_norm, layer_by_layer
 from fsdlite.models.layers.mlp import LinearNormAct
 

@@ -3,7 +3,7 @@ KPDataPreprocessor: truncated neighbourhoods and ignored labels are counted and 
 import pytest
 import torch
 
-from fsdlite.models.data_preprocessors import LidarDataPreprocessor
+from fsdlite.models.lidar import LidarDataPreprocessor
 from fsdlite.ops.voxelize.reference import voxelize_reference
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fsdlite.models.voxel_encoders import DynamicVFE
+from fsdlite.models.lidar import DynamicVFE
 
 GRID = dict(voxel_size=(1.0, 1.0, 1.0), point_range=(0.0, 0.0, 0.0, 4.0, 4.0, 4.0))
 

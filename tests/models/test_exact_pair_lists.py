@@ -5,7 +5,7 @@ with pair bounds that hold and with too few pairs (truncated and counted, or rai
 import pytest
 import torch
 
-from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers.pair_conv import pair_capacity, pairs_from_nbr, pairs_from_offset_pairs
 from fsdlite.ops import subm_offset_pairs
 from fsdlite.structures.bounds import BoundExceededError

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsdlite.deploy.translations import custom_translations
-from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers.pair_conv import pairs_from_nbr, traced_pairs
 from fsdlite.models.layers.rulebook_conv import build_rulebook, kernel_matrices
 from fsdlite.models.layers.sparse_conv import PAIR_TILE, KernelMap, RulebookSparseConv3d, pair_capacity, sparse_conv

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fsdlite.models.heads import PointSegHead
+from fsdlite.models.lidar import PointSegHead
 from fsdlite.models.losses.focal_loss import SigmoidFocalLoss
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fsdlite.models.backbones import SparseUNet
+from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d
 from fsdlite.models.layers.sparse_block import is_spconv_module
 from fsdlite.ops import voxel_keys
@@ -238,7 +238,7 @@ def test_bad_conv_backend():
 def test_dynamic_path_calls_the_conv_layers_as_modules():
     """Inside ``dynamic_path`` every SparseUNet runs on spconv (module hooks see each conv layer: the slim tracer
     and the cost counter rely on it); the backend chosen before comes back afterwards, also after an error."""
-    from fsdlite.models.detectors.static import dynamic_path
+    from fsdlite.models.fsd.static import dynamic_path
     outer = torch.nn.Sequential(SparseUNet(5, **GRID, **SMALL), SparseUNet(5, **GRID, **SMALL, conv_backend='fsdlite'))
     feats, coors = _voxels(30, 9)
     calls = []

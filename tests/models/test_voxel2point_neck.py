@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from fsdlite.models.necks import Voxel2PointNeck
+from fsdlite.models.lidar import Voxel2PointNeck
 
 GRID = dict(voxel_size=(0.5, 0.5, 1.0), point_range=(0.0, 0.0, 0.0, 2.0, 2.0, 2.0))
 

@@ -177,7 +177,7 @@ def test_a_failed_spconv_probe_warns_once_and_says_no(monkeypatch):
 def test_auto_backend_on_cuda_skips_an_spconv_that_does_not_run(monkeypatch):
     if not compat.spconv_available():
         pytest.skip(f'needs spconv: {compat.spconv_unavailable_reason()}')
-    from fsdlite.models.backbones import SparseUNet
+    from fsdlite.models.lidar import SparseUNet
     monkeypatch.setattr(compat, '_SPCONV_RUNS', {'cuda': (False, 'broken')})
     net = SparseUNet(4, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 8.0, 8.0, 8.0), base_channels=4,
                      encoder_channels=((4,), (4,)), decoder_channels=((4, 4, 4), (4, 4, 4))).cuda()

@@ -9,7 +9,7 @@ Configs load it with ``custom_imports = dict(imports=['fsdlite_plugin_example'])
 import torch
 from torch import nn
 
-from fsdlite.models.heads.point_seg_head import PointSegHead
+from fsdlite.models.lidar.point_seg_head import PointSegHead
 from fsdlite.registry import MODELS
 
 

@@ -13,9 +13,9 @@ import torch
 
 from ...registry import TASK_UTILS
 from ...structures import Det3DDataSample, InstanceData
-from ..fsd.gt import collect_gt
 from ..layers.builder import build_module
-from ..segmentors.sparse_segmentor import SparseSegmentor
+from ..lidar.sparse_segmentor import SparseSegmentor
+from .gt import collect_gt
 from .static import StaticDetectorMixin
 
 

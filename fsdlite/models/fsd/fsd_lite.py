@@ -9,12 +9,12 @@ import torch
 from fsdlite.ops import segment_reduce
 
 from ...registry import MODELS
-from ..fsd.indexing import mask_to_index
-from ..fsd.static_grouping import group_padded
 from ..layers.builder import build_module
 from ..layers.static_ops import gather_rows, static_segment_reduce
-from .base import Instances, SparseDetectorBase, build_task_util
+from .detector_base import Instances, SparseDetectorBase, build_task_util
+from .indexing import mask_to_index
 from .static import PaddedInstances
+from .static_grouping import group_padded
 
 
 @MODELS.register_module()
@@ -26,10 +26,10 @@ class FSDLite(SparseDetectorBase):
             come from the model).
         sir (dict): a ``SIR`` config; ``in_channels`` defaults to the SIR input width
             (neck channels + point features beyond xyz + 3 for the vote offset).
-        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.detectors.static`); besides the common
+        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.fsd.static`); besides the common
             bounds FSD-lite needs ``max_clusters`` and ``max_cc_iters`` (iterations of the label propagation
             that replaces connected components).
-        **kwargs: see :class:`~fsdlite.models.detectors.base.SparseDetectorBase`.
+        **kwargs: see :class:`~fsdlite.models.fsd.detector_base.SparseDetectorBase`.
     SIR input per foreground point: ``[neck feature, raw point features (C - 3), voted centre - point]``.
     """
 

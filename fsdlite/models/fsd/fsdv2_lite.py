@@ -10,11 +10,11 @@ import torch
 from fsdlite import ops
 
 from ...registry import MODELS
-from ..fsd.graph_rulebook import GraphRulebookOps
-from ..fsd.indexing import mask_to_index, mask_to_padded_index
 from ..layers.builder import build_module
 from ..layers.static_ops import gather_rows, static_segment_reduce, static_voxelize
-from .base import Instances, SparseDetectorBase
+from .detector_base import Instances, SparseDetectorBase
+from .graph_rulebook import GraphRulebookOps
+from .indexing import mask_to_index, mask_to_padded_index
 from .static import PaddedInstances
 
 
@@ -39,11 +39,11 @@ class FSDv2Lite(SparseDetectorBase):
         virtual_vfe (dict): ``DynamicVFE`` config over the virtual voxel grid: its ``voxel_size`` (required)
             and ``point_range`` (default: the model's) define the virtual voxels; ``in_channels`` filled in.
         mixer (dict): ``VirtualVoxelMixer`` config (``in_channels`` and the virtual grid filled in).
-        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.detectors.static`); besides the common bounds
+        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.fsd.static`); besides the common bounds
             FSDv2-lite needs ``max_virtual_voxels`` (one per mixer level; level 0 = voxels of the virtual grid,
             real and virtual points together). The mixer's rulebooks are built inside the graph
             (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`).
-        **kwargs: see :class:`~fsdlite.models.detectors.base.SparseDetectorBase`.
+        **kwargs: see :class:`~fsdlite.models.fsd.detector_base.SparseDetectorBase`.
     """
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, virtual_encoder, virtual_vfe, mixer,

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 
 from ...registry import MODELS
-from ..backbones.sparse_unet import SparseUNet
+from ..lidar.sparse_unet import SparseUNet
 from .sir import linear_norm_act
 
 
@@ -78,7 +78,7 @@ class VirtualPointEncoder(BaseModule):
 
 @MODELS.register_module()
 class VirtualVoxelMixer(SparseUNet):
-    """FSDv2's mixer: a small :class:`~fsdlite.models.backbones.SparseUNet` over virtual voxels.
+    """FSDv2's mixer: a small :class:`~fsdlite.models.lidar.SparseUNet` over virtual voxels.
 
     Same arguments as SparseUNet with FSDv2-lite-sized defaults (3 stages, <= 64 channels); the
     output features are row-aligned with the input voxels, so every virtual voxel keeps its row.

@@ -1,6 +1,6 @@
 """VoteSegHead: class-wise sigmoid foreground segmentation plus per-class centre votes.
 
-Extends :class:`~fsdlite.models.heads.PointSegHead` with a vote branch predicting, for every point
+Extends :class:`~fsdlite.models.lidar.PointSegHead` with a vote branch predicting, for every point
 and class, the sign-sqrt coded offset to the gravity centre of the object it belongs to
 (:func:`~fsdlite.models.fsd.coders.encode_vote`).  Targets come from box membership
 (``fsdlite.ops.points_in_boxes`` on the ground-truth boxes), not from a semantic mask, so any
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ...registry import MODELS
-from ..heads.point_seg_head import PointSegHead
+from ..lidar.point_seg_head import PointSegHead
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
 from .coders import encode_vote
 from .gt import point_targets

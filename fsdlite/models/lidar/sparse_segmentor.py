@@ -13,7 +13,7 @@ from ..layers.builder import build_module
 class SparseSegmentor(BaseModel):
     """Point-wise lidar segmentation (FSD's first stage), following mmengine's BaseModel contract.
 
-    The data preprocessor (e.g. :class:`~fsdlite.models.data_preprocessors.LidarDataPreprocessor`)
+    The data preprocessor (e.g. :class:`~fsdlite.models.lidar.LidarDataPreprocessor`)
     produces ``inputs`` with ``points`` (P, C), ``batch``, ``point_index``, ``num_points``,
     ``voxel_coors`` (V, 4), ``point2voxel``, ``voxel_counts`` and ``batch_size``.
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fsdlite import ops
-from fsdlite.models.detectors.fsdv2_lite import valid_first
+from fsdlite.models.fsd.fsdv2_lite import valid_first
 from fsdlite.models.fsd.fg_sampler import ForegroundSampler
 from fsdlite.models.fsd.graph_rulebook import GraphRulebookOps
 from fsdlite.models.fsd.indexing import mask_to_index, mask_to_padded_index
