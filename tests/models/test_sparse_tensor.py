@@ -117,7 +117,7 @@ def test_spconv_backend_runs_spconv_kernels_on_the_same_map(subm):
 
 def test_spconv_map_form_and_transpose():
     x = _tensor(40, 5)
-    kmap = KernelMap.exact(subm_offset_pairs(x.coords, SHAPE, 3), 40, 40)
+    kmap = subm_offset_pairs(x.coords, SHAPE, 3)
     native = kmap.on_spconv()
     pairs, counts = native.native
     assert pairs.shape[:2] == (2, 27) and pairs.dtype == counts.dtype == torch.int32

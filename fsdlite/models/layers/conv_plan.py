@@ -19,7 +19,7 @@ import torch
 
 from fsdlite.utils.constants import const
 
-from .pair_conv import pairs_from_nbr, pairs_from_offset_pairs
+from .pair_conv import pairs_from_exact, pairs_from_nbr
 from .rulebook_conv import build_rulebook, conv_geometry
 from .sparse_conv import KernelMap
 from .sparse_tensor import SparseTensor
@@ -139,8 +139,8 @@ class ConvPlan:
                 lists.append(strided[slot][[1, 0, 2]])
                 continue
             if id(kmap) not in built:
-                pl = pairs_from_offset_pairs((kmap.pairs, kmap.offset_starts), num_in, num_out, max_pairs[slot],
-                                             strict=strict, bound_name=f'{bound_name}[{slot}]')
+                pl = pairs_from_exact(kmap, num_in, num_out, max_pairs[slot], strict=strict,
+                                      bound_name=f'{bound_name}[{slot}]')
                 built[id(kmap)] = pl.pairs
                 dropped[slot] = torch.maximum(dropped[slot], pl.dropped)
             if kind == 'conv':

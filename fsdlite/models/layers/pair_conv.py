@@ -9,10 +9,10 @@ at the dump rows):
     pairs (3, P) int64:  pairs[0] input row (Vin = dump)   pairs[1] output row (Vout = dump)
                          pairs[2] kernel offset (the same for the rows of a tile; 0 in unused tiles)
 
-:meth:`KernelMap.tiled <fsdlite.models.layers.sparse_conv.KernelMap.tiled>` reads it as the tiled layout of the
+:meth:`KernelMap.tiled <fsdlite.ops.sparse_conv.KernelMap.tiled>` reads it as the tiled layout of the
 one kernel-map type, run by :func:`~fsdlite.models.layers.sparse_conv.sparse_conv` in standard ops.  The capacity
 P comes from a bound on the real pairs (``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour
-map, :func:`pairs_from_offset_pairs` from the exact offset-grouped pairs (the deploy pre-ops), and
+map, :func:`pairs_from_exact` from the exact kernel map (the deploy pre-ops), and
 :func:`traced_pairs` inside a graph; all report the pairs that did not fit.
 """
 from typing import NamedTuple
@@ -58,17 +58,16 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     return PairList(pairs, needed, needed - placed)
 
 
-def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None,
-                            bound_name='max_pairs'):
-    """The pair list :func:`pairs_from_nbr` builds from a neighbour map, built from the same convolution's
-    offset-grouped pairs instead (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs``: output rows ascending
-    within an offset, as the map lists them), with no (Vout, K) map in between (the deploy pre-ops).
+def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
+    """The pair list :func:`pairs_from_nbr` builds from a neighbour map, built from the same convolution's exact
+    kernel map instead (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs``: output rows ascending within an
+    offset, as the neighbour map lists them), with no (Vout, K) map in between (the deploy pre-ops).
 
     Each offset's pairs are one contiguous run of the input and start its run of tiles in the list: a pair's
     row in the list is its column plus its offset's shift.
 
     Args:
-        offset_pairs (tuple): ``(pairs (2, P) int64 [input row; output row], offset_starts (K + 1,) int64)``.
+        kernel_map (KernelMap): exact, ``pairs`` (2, P) int64 [input row; output row], ``offset_starts`` (K + 1,).
         num_in (int): Vin, the dump input row.
         num_out (int): Vout, the dump output row.
         max_pairs (int): bound on the real pairs; the list has :func:`pair_capacity` rows.
@@ -80,10 +79,12 @@ def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_
     Returns:
         PairList
     """
-    pairs, starts = offset_pairs
+    pairs, starts = kernel_map.pairs, kernel_map.offset_starts
+    if kernel_map.layout != 'exact':
+        raise ValueError(f'pairs_from_exact: kernel_map must be exact, got a {kernel_map.layout} map')
     if (pairs.dim() != 2 or pairs.shape[0] != 2 or starts.dim() != 1 or starts.numel() < 2
             or pairs.dtype != torch.long or starts.dtype != torch.long):
-        raise ValueError(f'pairs_from_offset_pairs: expected int64 pairs (2, P) and offset_starts (K + 1,) with '
+        raise ValueError(f'pairs_from_exact: expected int64 pairs (2, P) and offset_starts (K + 1,) with '
                          f'K >= 1, got {pairs.dtype} {tuple(pairs.shape)} and {starts.dtype} {tuple(starts.shape)}')
     kv = starts.numel() - 1
     capacity = pair_capacity(max_pairs, kv, tile)
@@ -133,4 +134,4 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     return torch.cat([io, offsets], 0), count.sum(), torch.minimum((capacity - first).clamp(min=0), count).sum()
 
 
-__all__ = ['PairList', 'pairs_from_nbr', 'pairs_from_offset_pairs', 'traced_pairs']
+__all__ = ['PairList', 'pairs_from_nbr', 'pairs_from_exact', 'traced_pairs']

@@ -1,117 +1,37 @@
-"""The sparse-convolution functional, its one pair format :class:`KernelMap`, and the conv module family.
+"""The sparse-convolution functional and the conv module family, on the one pair format ``fsdlite.ops.KernelMap``.
 
-A kernel map lists the (input row, output row) pairs of one sparse convolution grouped by kernel offset (offset
-``k`` in ``itertools.product`` order of the kernel, spconv's weight order). One type, three layouts:
+A kernel map (:class:`fsdlite.ops.sparse_conv.KernelMap`) lists the (input row, output row) pairs of one sparse
+convolution grouped by kernel offset, in one of three layouts, each with its backend in :func:`sparse_conv`:
 
-* **exact** -- ``pairs`` (2, P) and ``offset_starts`` (K + 1,) marking where each offset's pairs start; no padding,
-  output rows ascending within an offset (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs`` /
-  ``pairs_by_offset``). Run by fsdlite's fused kernels (``fsdlite.ops.sparse_conv``, CPU and CUDA, forward and
-  backward).
-* **tiled** -- padded to a capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
-  (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``). Run as a
-  gather-GEMM-scatter of standard ops (Gather / MatMul / ScatterND(add), static shapes).
-* **dense** -- padded to one slot per output row and offset: ``nbr`` (Vout, K) holds the input row of each (the
-  output row is implicit), ``num_in`` where there is none (spconv's rulebooks as padded index tensors). Run as a
+* **exact** -- no padding (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs`` / ``pairs_by_offset``): run
+  by fsdlite's fused kernels (``fsdlite.ops.sparse_conv``, CPU and CUDA, forward and backward), or by spconv's
+  gather-GEMM-scatter kernels when the map carries spconv's form of its pairs (``KernelMap.on_spconv``; the
+  backend a map is built for: :func:`resolve_backend`);
+* **tiled** -- padded to a capacity in tiles of one kernel offset each: run as a gather-GEMM-scatter of standard
+  ops (Gather / MatMul / ScatterND(add), static shapes);
+* **dense** -- one slot per output row and offset (spconv's rulebooks as padded index tensors): run as a
   gather-GEMM of standard ops.
 
-An exact map may also carry spconv's form of the same pairs (``native``: :meth:`KernelMap.on_spconv`); it then
-runs on spconv's gather-GEMM-scatter kernels instead of fsdlite's (the backend a map is built for:
-:func:`resolve_backend`).  :func:`sparse_conv` picks the backend from the map; weights are (K, Cin, Cout) matrices
-(:func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices` of spconv's ``(Cout, kz, ky, kx, Cin)`` weight).
-:class:`RulebookSparseConv3d` holds spconv's parameters unchanged and runs on a
+Weights are (K, Cin, Cout) matrices (:func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices` of spconv's
+``(Cout, kz, ky, kx, Cin)`` weight). :class:`RulebookSparseConv3d` holds spconv's parameters unchanged and runs on a
 :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` (which builds and caches its kernel maps) or on a given
 kernel map; :func:`conv_module_forward` runs an spconv layer the same way.
 """
 import math
-from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
 import fsdlite.ops as fsdlite_ops
+from fsdlite.ops import PAIR_TILE, KernelMap
 from fsdlite.structures.padded import with_dump_row
 from fsdlite.utils import compat
 
 from .rulebook_conv import MAX_VOXELS_BUFFER, conv_geometry, kernel_matrices
 from .static_ops import check_index
 
-PAIR_TILE = 128  #: rows per tile of a tiled map (one kernel offset each); larger tiles copy fewer weights
 DENSE_MODES = ('auto', 'matmul', 'loop')
 BACKENDS = ('auto', 'fsdlite', 'spconv')  #: what runs exact maps (see :func:`resolve_backend`)
-
-
-class KernelMap(NamedTuple):
-    """Offset-grouped (input row, output row) pairs of one sparse convolution (layouts: module docstring).
-
-    Build with :meth:`exact`, :meth:`tiled` or :meth:`dense`.
-    """
-    pairs: Optional[torch.Tensor]          #: exact, tiled: (2, P) int64 [input row; output row], grouped by offset
-    offset_starts: Optional[torch.Tensor]  #: exact: (K + 1,) int64 first pair of each offset (last = P)
-    tile_offsets: Optional[torch.Tensor]   #: tiled: (P // tile,) int64 kernel offset of each tile
-    nbr: Optional[torch.Tensor]            #: dense: (Vout, K) int64 input row per output row and offset
-    num_in: int                            #: input rows Vin (the input dump row of a padded map)
-    num_out: int                           #: output rows Vout (the output dump row of a tiled map)
-    native: Optional[tuple] = None         #: exact, run on spconv: (2, K, max pairs) int32 pairs, (K,) int32 counts
-
-    @property
-    def backend(self):
-        """What :func:`sparse_conv` runs the map on: ``'fsdlite'`` (exact), ``'spconv'`` (exact with
-        :attr:`native`) or ``'export'`` (tiled, dense: standard ops)."""
-        if self.layout != 'exact':
-            return 'export'
-        return 'fsdlite' if self.native is None else 'spconv'
-
-    def on_spconv(self):
-        """This exact map with spconv's form of its pairs added (``indice_pairs`` (2, K, max pairs) int32, -1
-        past each offset's count, and ``indice_pair_num`` (K,) int32): :func:`sparse_conv` then runs spconv's
-        kernels on it."""
-        if self.layout != 'exact':
-            raise ValueError(f'KernelMap.on_spconv: only an exact map runs on spconv, this one is {self.layout}')
-        starts = self.offset_starts
-        counts = starts[1:] - starts[:-1]
-        kv, num = counts.numel(), self.pairs.shape[1]
-        offset = torch.repeat_interleave(torch.arange(kv, device=starts.device), counts, output_size=num)
-        column = torch.arange(num, device=starts.device) - starts.index_select(0, offset)
-        width = max(int(counts.max()) if kv else 0, 1)
-        indice_pairs = torch.full((2, kv, width), -1, dtype=torch.int32, device=starts.device)
-        indice_pairs[:, offset, column] = self.pairs.int()
-        return self._replace(native=(indice_pairs, counts.int()))
-
-    @classmethod
-    def exact(cls, offset_pairs, num_in, num_out):
-        """An exact map from ``(pairs (2, P), offset_starts (K + 1,))`` (``fsdlite.ops.OffsetPairs``)."""
-        pairs, starts = offset_pairs
-        return cls(pairs, starts, None, None, int(num_in), int(num_out))
-
-    @classmethod
-    def tiled(cls, pair_list, num_in, num_out, tile=PAIR_TILE):
-        """A tiled map from a (3, P) int64 pair list ``[input row; output row; kernel offset]`` (P a multiple of
-        ``tile``, the offset constant within a tile: :mod:`~fsdlite.models.layers.pair_conv`). Works inside an
-        exported graph (slices only)."""
-        if pair_list.dim() != 2 or pair_list.shape[0] != 3 or pair_list.shape[1] % tile:
-            raise ValueError(f'KernelMap.tiled: the pair list must have shape (3, P) with P a multiple of {tile}, '
-                             f'got {tuple(pair_list.shape)}')
-        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], None, int(num_in), int(num_out))
-
-    @classmethod
-    def dense(cls, nbr, num_in):
-        """A dense map from a (Vout, K) int64 neighbour map whose missing entries are ``num_in``
-        (:func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`)."""
-        return cls(None, None, None, nbr, int(num_in), int(nbr.shape[0]))
-
-    @property
-    def layout(self):
-        """``'exact'``, ``'tiled'`` or ``'dense'``."""
-        return 'dense' if self.nbr is not None else ('tiled' if self.tile_offsets is not None else 'exact')
-
-    def transposed(self):
-        """The map of the inverse convolution of an exact or tiled map: input and output rows swapped, the same
-        offsets.  An exact map must list its input rows ascending within an offset (true of the strided convs'
-        ``conv_offset_pairs``), so the swapped pairs keep the output order the fused kernels need."""
-        if self.nbr is not None:
-            raise ValueError('KernelMap.transposed: a dense map is transposed by rulebook_inverse (build_rulebook)')
-        native = None if self.native is None else (self.native[0].flip(0), self.native[1])
-        return self._replace(pairs=self.pairs.flip(0), num_in=self.num_out, num_out=self.num_in, native=native)
 
 
 def resolve_backend(backend, device):

@@ -5,7 +5,7 @@ grid relative to the network's input, the batch size, the backend its exact kern
 of kernel maps shared by every tensor derived from it (a conv's output, :meth:`SparseTensor.replace_feature`).  A
 conv asks the tensor for its map (:meth:`SparseTensor.kernel_map`); the map is built once per key (:func:`map_key`:
 kind, kernel size, stride, padding, dilation, ``indice_key`` and the input's stride), so layers sharing a key share
-one :class:`~fsdlite.models.layers.sparse_conv.KernelMap` object:
+one :class:`~fsdlite.ops.sparse_conv.KernelMap` object:
 
 * submanifold -- offset pairs of the tensor's voxels (``fsdlite.ops.subm_offset_pairs``); output voxels = input;
 * strided -- output voxels and pairs (``fsdlite.ops.conv_offset_pairs``), output stride = input stride * stride;
@@ -13,15 +13,15 @@ one :class:`~fsdlite.models.layers.sparse_conv.KernelMap` object:
   tensor's; the output voxels are that conv's input voxels (spconv's rule).
 
 Exact maps run on fsdlite's fused kernels or, for a tensor whose backend is ``'spconv'``, on spconv's
-(:meth:`KernelMap.on_spconv <fsdlite.models.layers.sparse_conv.KernelMap.on_spconv>`).
+(:meth:`KernelMap.on_spconv <fsdlite.ops.sparse_conv.KernelMap.on_spconv>`).
 """
 from typing import NamedTuple
 
 import torch
 
-from fsdlite.ops import conv_offset_pairs, conv_output_shape, subm_offset_pairs, transpose_pairs, voxel_keys
+from fsdlite.ops import KernelMap, conv_offset_pairs, conv_output_shape, subm_offset_pairs, voxel_keys
 
-from .sparse_conv import BACKENDS, KernelMap, resolve_backend
+from .sparse_conv import BACKENDS, resolve_backend
 
 
 class _Entry(NamedTuple):
@@ -110,7 +110,7 @@ class SparseTensor:
             geometry (ConvGeometry): the conv's geometry
                 (:func:`~fsdlite.models.layers.rulebook_conv.conv_geometry`).
         Returns:
-            tuple: the :class:`~fsdlite.models.layers.sparse_conv.KernelMap` and the output tensor (its voxels,
+            tuple: the :class:`~fsdlite.ops.sparse_conv.KernelMap` and the output tensor (its voxels,
             grid and stride; features None until :meth:`replace_feature`).
         Raises:
             ValueError: a cached map of the same key was built on other voxels, or an inverse conv finds no strided
@@ -126,21 +126,19 @@ class SparseTensor:
                              'changes the voxels needs its own indice_key, as in spconv)')
         return entry.kernel_map, self._on(None, entry.out_coords, entry.out_shape, entry.out_stride)
 
-    def _exact(self, offset_pairs, num_in, num_out):
-        kmap = KernelMap.exact(offset_pairs, num_in, num_out)
+    def _for_backend(self, kmap):
         return kmap.on_spconv() if self.backend == 'spconv' else kmap
 
     def _build(self, g):
-        coords, shape, rows = self.coords, self.spatial_shape, self.coords.shape[0]
+        coords, shape = self.coords, self.spatial_shape
         if g.kind == 'subm':
-            kmap = self._exact(subm_offset_pairs(coords, shape, g.kernel_size, g.dilation), rows, rows)
+            kmap = self._for_backend(subm_offset_pairs(coords, shape, g.kernel_size, g.dilation))
             return _Entry(kmap, coords, coords, shape, shape, self.stride, self.stride)
         if g.kind == 'conv':
-            out_coords, pairs = conv_offset_pairs(coords, shape, g.kernel_size, g.stride, g.padding, g.dilation)
+            out_coords, kmap = conv_offset_pairs(coords, shape, g.kernel_size, g.stride, g.padding, g.dilation)
             out_shape = conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation)
             out_stride = tuple(a * b for a, b in zip(self.stride, g.stride))
-            entry = _Entry(self._exact(pairs, rows, out_coords.shape[0]), coords, out_coords, shape, out_shape,
-                           self.stride, out_stride)
+            entry = _Entry(self._for_backend(kmap), coords, out_coords, shape, out_shape, self.stride, out_stride)
             if g.indice_key is not None:
                 self.cache[_strided_key(g.indice_key, out_stride)] = entry
             return entry
@@ -149,9 +147,7 @@ class SparseTensor:
             raise ValueError(f'SparseTensor: the inverse conv with indice_key {g.indice_key!r} needs the strided conv '
                              f'with that key to have produced its input voxels (stride {self.stride}); '
                              f'{"none ran" if strided is None else "that conv produced other voxels"}')
-        sm = strided.kernel_map
-        pairs = transpose_pairs((sm.pairs, sm.offset_starts), sm.num_in)  # output rows ascending per offset
-        kmap = self._exact(pairs, sm.num_out, sm.num_in)
+        kmap = strided.kernel_map.transposed()  # output rows ascending within an offset
         return _Entry(kmap, coords, strided.in_coords, shape, strided.in_shape, self.stride, strided.in_stride)
 
     def __repr__(self):
