@@ -172,10 +172,16 @@ def rulebook_inverse(nbr, num_rows):
 
 
 class RulebookPairs(NamedTuple):
-    """Result of :func:`rulebook_pairs` (int64, on the device of ``nbr``)."""
+    """A fixed-size pair list and its counts: the result of :func:`rulebook_pairs` (int64, on the device of ``nbr``)
+    and of the model-side builders of the same list (``layers.pair_conv``); read as a tiled ``KernelMap``."""
     pairs: torch.Tensor       #: (3, capacity) input row (num_in = dump), output row (Vout = dump), tile offset
     num_pairs: torch.Tensor   #: () real pairs of the map
     num_placed: torch.Tensor  #: () pairs in the list (the rest did not fit: dropped)
+
+    @property
+    def num_dropped(self):
+        """() int64 pairs that did not fit into the list (0 unless the capacity was too small)."""
+        return self.num_pairs - self.num_placed
 
 
 def rulebook_pairs(nbr, num_in, capacity, tile=PAIR_TILE):

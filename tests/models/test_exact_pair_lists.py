@@ -68,7 +68,7 @@ def test_pairs_from_exact_of_no_pairs_and_bad_shapes():
     starts = torch.zeros(28, dtype=torch.long)
     empty = pairs_from_exact(KernelMap.exact(torch.zeros(2, 0, dtype=torch.long), starts, 5, 7), 5, 7, 10)
     by_map = pairs_from_nbr(torch.full((7, 27), 5), 5, 10)
-    assert torch.equal(empty.pairs, by_map.pairs) and int(empty.needed) == int(empty.dropped) == 0
+    assert torch.equal(empty.pairs, by_map.pairs) and int(empty.num_pairs) == int(empty.num_dropped) == 0
     assert empty.pairs.shape == (3, pair_capacity(10, 27))
     expected = r'expected int64 pairs \(2, P\) and offset_starts \(K \+ 1,\)'
     with pytest.raises(ValueError, match=expected + r'.*got torch.int64 \(3, 4\)'):

@@ -142,7 +142,7 @@ class ConvPlan:
                 pl = pairs_from_exact(kmap, num_in, num_out, max_pairs[slot], strict=strict,
                                       bound_name=f'{bound_name}[{slot}]')
                 built[id(kmap)] = pl.pairs
-                dropped[slot] = torch.maximum(dropped[slot], pl.dropped)
+                dropped[slot] = torch.maximum(dropped[slot], pl.num_dropped)
             if kind == 'conv':
                 strided[slot] = built[id(kmap)]
             lists.append(built[id(kmap)])
@@ -258,7 +258,7 @@ class ConvPlan:
                 built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
                                                 bound_name=f'{bound_name}[{slot}]')
             pl = built[id(nbr)]
-            dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
+            dropped[slot] = pl.num_dropped if slot not in dropped else torch.maximum(dropped[slot], pl.num_dropped)
             if kind == 'conv':
                 strided[slot] = pl.pairs
             lists.append(pl.pairs)

@@ -15,22 +15,13 @@ P comes from a bound on the real pairs (``max_pairs``); :func:`pairs_from_nbr` b
 map, :func:`pairs_from_exact` from the exact kernel map (the deploy pre-ops), and
 :func:`traced_pairs` inside a graph; all report the pairs that did not fit.
 """
-from typing import NamedTuple
-
 import torch
 
-from fsdlite.ops import rulebook_pairs
+from fsdlite.ops import RulebookPairs, rulebook_pairs
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.utils.constants import const
 
 from .sparse_conv import PAIR_TILE, pair_capacity
-
-
-class PairList(NamedTuple):
-    """Result of :func:`pairs_from_nbr`."""
-    pairs: torch.Tensor    #: (3, P) int64 input row, output row, kernel offset (see the module docstring)
-    needed: torch.Tensor   #: () int64 real pairs of the map
-    dropped: torch.Tensor  #: () int64 pairs that did not fit into P rows (0 unless the bound was exceeded)
 
 
 def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
@@ -45,7 +36,8 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
             (default: eager mode); otherwise pairs that do not fit are dropped (highest offsets first) and counted.
         bound_name (str): name of the bound in that error.
     Returns:
-        PairList
+        RulebookPairs: the (3, P) list, the real pairs and the pairs placed (``num_dropped``: those that did not
+        fit).
     """
     if nbr.dim() != 2 or nbr.dtype != torch.long:
         raise ValueError(f'pairs_from_nbr: nbr must be a (Vout, K) int64 tensor, got {tuple(nbr.shape)} {nbr.dtype}')
@@ -55,7 +47,7 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     else:
         pairs, needed, placed = rulebook_pairs(nbr, int(num_in), capacity, tile)
     check_bound(needed, int(max_pairs), bound_name, strict=strict)
-    return PairList(pairs, needed, needed - placed)
+    return RulebookPairs(pairs, needed, placed)
 
 
 def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
@@ -77,7 +69,8 @@ def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, str
             counted, as :func:`pairs_from_nbr` does.
         bound_name (str): name of the bound in that error.
     Returns:
-        PairList
+        RulebookPairs: the (3, P) list, the real pairs and the pairs placed (``num_dropped``: those that did not
+        fit).
     """
     pairs, starts = kernel_map.pairs, kernel_map.offset_starts
     if kernel_map.layout != 'exact':
@@ -102,7 +95,7 @@ def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, str
     out[2, tile_offset.numel() * tile:] = 0  # tiles no offset uses
     needed = counts.sum()
     check_bound(needed, int(max_pairs), bound_name, strict=strict)
-    return PairList(out, needed, needed - placed)
+    return RulebookPairs(out, needed, needed.new_tensor(placed))
 
 
 def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
@@ -134,4 +127,4 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     return torch.cat([io, offsets], 0), count.sum(), torch.minimum((capacity - first).clamp(min=0), count).sum()
 
 
-__all__ = ['PairList', 'pairs_from_nbr', 'pairs_from_exact', 'traced_pairs']
+__all__ = ['pairs_from_nbr', 'pairs_from_exact', 'traced_pairs']
