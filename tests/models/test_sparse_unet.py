@@ -119,7 +119,7 @@ def spconv_unet_forward(net, feats, coors, batch_size):
         return spconv.SparseSequential(_spconv_conv(spconv, block[0]), *list(block)[1:])(x)
 
     x = spconv.SparseConvTensor(feats, coors.int().contiguous(), list(net.sparse_shape), batch_size)
-    return net._run_convs(x, run).features  # the UNet's wiring on spconv's tensor (it has replace_feature too)
+    return net.forward_sparse(x, run).features  # the UNet's wiring on spconv's tensor (it has replace_feature too)
 
 
 def _twin_nets(seed=0):

@@ -14,8 +14,12 @@ from ..layers.conv_plan import ConvPlan
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
 from ..layers.sparse_block import sparse_conv_block
 from ..layers.sparse_conv import BACKENDS, resolve_backend
-from ..layers.sparse_tensor import SparseTensor
+from ..layers.sparse_tensor import SparseTensor, voxel_order
 from ..layers.voxel_geometry import voxel_grid
+
+
+def _call(block, x):
+    return block(x)
 
 
 def _sum_channel_groups(features, out_channels):
@@ -136,15 +140,15 @@ class SparseUNet(nn.Module):
             raise ValueError(f'voxel_feats must have shape (V, {self.in_channels}), got {tuple(voxel_feats.shape)}')
         if voxel_feats.shape[0] == 0:
             raise ValueError('SparseUNet needs at least one voxel (V >= 1); callers must handle empty batches')
-        x, order = SparseTensor.from_voxels(voxel_feats, voxel_coors, self.sparse_shape, batch_size,
-                                            self.resolved_conv_backend(voxel_feats))
-        out = self.forward_sparse(x).features
-        return out if order is None else torch.empty_like(out).index_copy_(0, order, out)
-
-    def forward_sparse(self, x):
-        """The UNet on a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` of ``in_channels`` features ->
-        the tensor of ``out_channels`` features on the same voxels (rows in the same order)."""
-        return self._run_convs(x, lambda block, x: block(x))
+        backend, order = self.resolved_conv_backend(voxel_feats), voxel_order(voxel_coors, self.sparse_shape)
+        if order is None:
+            return self.forward_sparse(SparseTensor(voxel_feats, voxel_coors, self.sparse_shape, batch_size,
+                                                    backend=backend)).features
+        # run on the voxels sorted by (b, z, y, x) (the rulebook ops' fast paths); the sorted copy of the input is
+        # passed on without a name here, so it is freed after the first conv
+        out = self.forward_sparse(SparseTensor(voxel_feats.index_select(0, order), voxel_coors.index_select(0, order),
+                                               self.sparse_shape, batch_size, backend=backend)).features
+        return torch.empty_like(out).index_copy_(0, order, out)
 
     def resolved_conv_backend(self, voxel_feats):
         """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided for the device of
@@ -178,11 +182,18 @@ class SparseUNet(nn.Module):
         if len(kernel_maps) != expected:
             raise ValueError(f'SparseUNet: expected {expected} kernel maps (one per conv), got {len(kernel_maps)}')
         maps = iter(kernel_maps)
-        return self._run_convs(voxel_feats, lambda block, x: block(x, next(maps)))
+        return self.forward_sparse(voxel_feats, lambda block, x: block(x, next(maps)))
 
-    def _run_convs(self, x, run):
-        """The UNet on a sparse tensor (``features`` and ``replace_feature``) or on plain (rows, C) features;
-        ``run(block, x)`` runs one conv block."""
+    def forward_sparse(self, x, run=None):
+        """The UNet on a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` of ``in_channels`` features ->
+        the tensor of ``out_channels`` features on the same voxels (rows in the same order).
+
+        Args:
+            x: the input, also any sparse tensor with ``features`` and ``replace_feature``, or (rows, C) features
+                with a ``run`` that brings the maps.
+            run (callable, optional): ``run(block, x)`` runs one conv block (default: calls it on ``x``).
+        """
+        run = run or _call
         def feats(t):
             return t if isinstance(t, torch.Tensor) else t.features
 

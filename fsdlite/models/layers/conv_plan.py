@@ -22,7 +22,7 @@ from fsdlite.utils.constants import const
 from .pair_conv import pairs_from_exact, pairs_from_nbr
 from .rulebook_conv import build_rulebook, conv_geometry
 from .sparse_conv import KernelMap
-from .sparse_tensor import SparseTensor
+from .sparse_tensor import SparseTensor, voxel_order
 
 _ROWS = {'subm': (0, 0), 'conv': (-1, 0), 'inverse': (0, -1)}  # (input, output) level relative to the block's
 
@@ -104,9 +104,9 @@ class ConvPlan:
             (None when already sorted).
         """
         coors = voxel_coors.long()
-        x, order = SparseTensor.from_voxels(coors.new_empty((coors.shape[0], 0)), coors, self.sparse_shape, 1,
-                                            backend='fsdlite')
-        return self._tensor_kernel_maps(x)[0], order
+        order = voxel_order(coors, self.sparse_shape)
+        maps, _ = self.exact_kernel_maps(coors if order is None else coors.index_select(0, order))
+        return maps, order
 
     def exact_pair_counts(self, maps):
         """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of :meth:`exact_kernel_maps`' maps."""

@@ -41,6 +41,13 @@ def map_key(geometry, tensor_stride):
     return (g.kind, g.kernel_size, g.stride, g.padding, g.dilation, g.indice_key, tuple(tensor_stride))
 
 
+def voxel_order(coords, spatial_shape):
+    """(V,) int64 permutation sorting (V, 4) ``[b, z, y, x]`` voxels by ``(b, z, y, x)`` (the rulebook ops' fast
+    paths), or None when they are sorted already."""
+    key = voxel_keys(coords, spatial_shape)
+    return None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
+
+
 def _strided_key(indice_key, out_stride):
     return ('strided output', indice_key, tuple(out_stride))
 
@@ -77,21 +84,6 @@ class SparseTensor:
         self.stride = tuple(int(v) for v in stride)
         self.backend = backend if backend in BACKENDS[1:] else resolve_backend(backend, features.device)
         self.cache = {} if cache is None else cache
-
-    @classmethod
-    def from_voxels(cls, features, coords, spatial_shape, batch_size, backend='auto'):
-        """A tensor of the voxels sorted by ``(b, z, y, x)`` (the rulebook ops' fast paths) and the sorting
-        permutation of the given rows (None when they were sorted already).
-
-        Returns:
-            tuple: ``(SparseTensor, order)``; row ``i`` of the tensor is given row ``order[i]``.
-        """
-        coords = coords.long()
-        key = voxel_keys(coords, spatial_shape)
-        order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
-        if order is not None:
-            features, coords = features.index_select(0, order), coords.index_select(0, order)
-        return cls(features, coords, spatial_shape, batch_size, backend=backend), order
 
     def replace_feature(self, features):
         """The same voxels (and cache) with other (N, C') ``features``."""
@@ -158,4 +150,4 @@ class SparseTensor:
                 f'cached_maps={len(self.cache)})')
 
 
-__all__ = ['SparseTensor', 'map_key']
+__all__ = ['SparseTensor', 'map_key', 'voxel_order']
