@@ -46,10 +46,10 @@ def work(variant, num_voxels, channels, backward=False):
         with torch.no_grad():
             layer(tensor)  # builds and caches the rulebook under 'subm'
         return lambda: step(lambda: layer(tensor).features)
-    pairs = pairs_by_offset(rulebook_subm(coors, n, shape, 3), n)
+    kmap = pairs_by_offset(rulebook_subm(coors, n, shape, 3), n)
     matrices = kernel_matrices(weight).contiguous().requires_grad_(backward)
     conv = sparse_conv if variant == 'fsdlite' else sparse_conv_reference
-    return lambda: step(lambda: conv(feats, matrices, *pairs, n))
+    return lambda: step(lambda: conv(feats, matrices, kmap.pairs, kmap.offset_starts, n))
 
 
 def cases(quick):

@@ -5,10 +5,10 @@ that run on the sample, with a ``TorchDispatchMode``:
 
 * dense products (``mm``/``addmm``/``bmm``/``baddbmm``/``mv``/``dot``, convolutions, SDPA) from their shapes;
 * fsdlite's kernel-point and neighbour ops from the real neighbourhoods (valid neighbour slots only);
-* spconv convolutions from their real rulebook: for every kernel offset, the number of (input, output)
-  pairs spconv's ``indice_pair_num`` holds, times Cin x Cout (what spconv's gather-GEMM-scatter runs,
-  submanifold offsets mirrored as spconv does); mmengine's counter gives 0 for SubMConv3d and crashes on
-  strided sparse convs.
+* sparse convolutions from their real kernel maps: fsdlite's fused kernel from its (input, output) pairs, times
+  Cin x Cout; spconv's own layers from the pairs per kernel offset its ``indice_pair_num`` holds (submanifold
+  offsets mirrored as spconv does) -- the same count; spconv's kernels run on fsdlite's maps are counted by
+  their matrix products. mmengine's counter gives 0 for SubMConv3d and crashes on strided sparse convs.
 
 Element-wise ops, norms, reductions, index ops and neighbour searches are not counted; the custom ops that
 ran without a counting rule are listed in ``uncounted``.
@@ -64,6 +64,11 @@ def _kpconv(b, out):
     return gather + nb.shape[0] * k * c1 * c2
 
 
+def _sparse_conv(b, out):
+    weight = b['weight']
+    return b['pairs'].shape[1] * weight.shape[1] * weight.shape[2]
+
+
 def _kp_aggregate(b, out):
     x, nb, kp = b['features'], b['neighbors'], b['kernel_points']
     k, c = kp.shape[-2], x.shape[1]
@@ -89,7 +94,7 @@ MAC_RULES = {
     'aten::addmv': _mv, 'aten::dot': _dot, 'aten::convolution': _conv, 'aten::_convolution': _conv,
     'aten::_scaled_dot_product_flash_attention_for_cpu': _sdpa, 'aten::_scaled_dot_product_attention_math': _sdpa,
     'aten::_scaled_dot_product_efficient_attention': _sdpa, 'aten::_scaled_dot_product_flash_attention': _sdpa,
-    'fsdlite::kpconv': _kpconv, 'fsdlite::kp_aggregate': _kp_aggregate,
+    'fsdlite::kpconv': _kpconv, 'fsdlite::kp_aggregate': _kp_aggregate, 'fsdlite::sparse_conv': _sparse_conv,
     'fsdlite::neighbor_aggregate': _neighbor_aggregate, 'fsdlite::knn_aggregate': _knn_aggregate,
     'fsdlite::layer_norm_rows': _normalization,
 }

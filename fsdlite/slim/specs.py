@@ -25,7 +25,8 @@ KINDS = ('producer', 'channelwise', 'params')
 
 
 def _features(obj):
-    """The feature tensor of a forward argument/output: a tensor, or an spconv SparseConvTensor's ``features``."""
+    """The feature tensor of a forward argument/output: a tensor, or a sparse tensor's ``features`` (fsdlite's
+    SparseTensor, spconv's SparseConvTensor)."""
     if obj is None:
         return None
     feats = getattr(obj, 'features', obj)

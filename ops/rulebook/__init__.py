@@ -19,7 +19,7 @@ voxels inside ``spatial_shape``; padding rows are ignored and never referenced. 
 
 :func:`subm_offset_pairs` and :func:`conv_offset_pairs` build the same rulebooks for unpadded voxels (every row
 valid, exact output count) directly as offset-grouped pairs, the input of :func:`fsdlite.ops.sparse_conv` (eager
-inference), without a neighbour map in between.
+inference), without a neighbour map in between, as exact :class:`~fsdlite.ops.sparse_conv.KernelMap`.
 """
 from typing import NamedTuple
 
@@ -27,7 +27,7 @@ import torch
 
 from .. import _checks
 from .._checks import OpValueError
-from ..sparse_conv import OffsetPairs
+from ..sparse_conv import PAIR_TILE, KernelMap
 from .reference import conv_output_shape as _conv_output_shape
 
 
@@ -172,13 +172,19 @@ def rulebook_inverse(nbr, num_rows):
 
 
 class RulebookPairs(NamedTuple):
-    """Result of :func:`rulebook_pairs` (int64, on the device of ``nbr``)."""
+    """A fixed-size pair list and its counts: the result of :func:`rulebook_pairs` (int64, on the device of ``nbr``)
+    and of the model-side builders of the same list (``layers.pair_conv``); read as a tiled ``KernelMap``."""
     pairs: torch.Tensor       #: (3, capacity) input row (num_in = dump), output row (Vout = dump), tile offset
     num_pairs: torch.Tensor   #: () real pairs of the map
     num_placed: torch.Tensor  #: () pairs in the list (the rest did not fit: dropped)
 
+    @property
+    def num_dropped(self):
+        """() int64 pairs that did not fit into the list (0 unless the capacity was too small)."""
+        return self.num_pairs - self.num_placed
 
-def rulebook_pairs(nbr, num_in, capacity, tile=128):
+
+def rulebook_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     """The real pairs of a neighbour map as a fixed-size pair list grouped by kernel offset.
 
     Pairs keep the map's order (offset-major, then output row); each offset's pairs start a new tile of
@@ -238,8 +244,8 @@ def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
         kernel_size (int | Sequence[int]): odd sizes (z, y, x).
         dilation (int | Sequence[int]): >= 1.
     Returns:
-        OffsetPairs: ``pairs`` (2, P) int64 ``[input row; output row]`` and ``offset_starts`` (K + 1,) for
-        :func:`fsdlite.ops.sparse_conv` with ``num_out = V``: the entries of :func:`rulebook_subm`'s map in
+        KernelMap: exact, ``pairs`` (2, P) int64 ``[input row; output row]`` and ``offset_starts`` (K + 1,), V input
+        and output rows: the entries of :func:`rulebook_subm`'s map in
         offset-major, output-row order. When ``coors`` are sorted by ``(b, z, y, x)`` the input rows of an offset
         ascend too (then only half of the offsets are looked up: offset K-1-k is offset k swapped).
     """
@@ -248,7 +254,7 @@ def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
     k, _, _, d = _geometry_args(op, kernel_size, 1, 0, dilation)
     if any(v % 2 == 0 for v in k):
         raise OpValueError(f'{op}: submanifold kernel_size must be odd on every axis (as spconv), got {kernel_size!r}')
-    return OffsetPairs(*torch.ops.fsdlite.rulebook_subm_pairs(coors, shape, k, d))
+    return KernelMap.exact(*torch.ops.fsdlite.rulebook_subm_pairs(coors, shape, k, d), coors.shape[0], coors.shape[0])
 
 
 def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, dilation=1):
@@ -259,16 +265,15 @@ def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, di
         kernel_size, stride, padding, dilation (int | Sequence[int]): conv geometry (z, y, x).
     Returns:
         tuple: ``out_coors`` (M, 4) int64, every output voxel sorted by ``(b, z, y, x)`` (:func:`rulebook_conv`'s
-        outputs, none dropped), and OffsetPairs ``(pairs (2, P), offset_starts (K + 1,))`` with output rows
-        ascending within an offset (input rows too when ``coors`` are sorted: swapped, they are the inverse conv's
-        pairs).
+        outputs, none dropped), and the exact KernelMap (V input, M output rows) with output rows ascending within an
+        offset (input rows too when ``coors`` are sorted: swapped, they are the inverse conv's pairs).
     """
     op = 'conv_offset_pairs'
     coors, shape = _unpadded_coors(op, coors, spatial_shape)
     k, s, p, d = _geometry_args(op, kernel_size, stride, padding, dilation)
     conv_output_shape(shape, k, s, p, d)
     out_coors, pairs, starts = torch.ops.fsdlite.rulebook_conv_pairs(coors, shape, k, s, p, d)
-    return out_coors, OffsetPairs(pairs, starts)
+    return out_coors, KernelMap.exact(pairs, starts, coors.shape[0], out_coors.shape[0])
 
 
 __all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse', 'RulebookPairs',

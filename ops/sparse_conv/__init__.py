@@ -4,9 +4,10 @@ A convolution rulebook lists, for every kernel offset ``k``, the pairs (input ro
 connects; the convolution is ``out[o] = sum over pairs (i, o) of offset k of features[i] @ weight[k]``. Here the
 pairs are one (2, P) int64 tensor ``[input rows; output rows]`` grouped by offset (``offset_starts`` (K + 1,):
 offset k owns columns ``[offset_starts[k], offset_starts[k + 1])``), with the output rows of one offset strictly
-increasing -- :func:`pairs_by_offset` builds them from a padded neighbour map (the ``fsdlite.ops`` rulebook ops'
-output) and :func:`transpose_pairs` gives the pairs of the transposed convolution (an inverse conv, or the
-gradient w.r.t. the features).
+increasing. :class:`KernelMap` is the one type of such pairs (exact, and the padded layouts of exported graphs):
+:func:`pairs_by_offset` builds an exact one from a padded neighbour map (the ``fsdlite.ops`` rulebook ops' output),
+:meth:`KernelMap.transposed` gives the map of the transposed convolution (an inverse conv, or the gradient w.r.t.
+the features).
 
 :func:`sparse_conv` runs the C++/CUDA kernel: no gathered (P, Cin) buffer and no Python loop over offsets (the
 per-offset overhead that dominates spconv's CPU path for narrow layers); on the CPU float32 with Cout a multiple
@@ -14,7 +15,7 @@ of 8 uses AVX2/FMA when available. Gradients flow to ``features``, ``weight`` an
 the transposed convolution, the weight gradient the :func:`sparse_conv_weight_grad` kernel (one task per offset, no
 Python loop); both are differentiable again.
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -24,12 +25,6 @@ from ..build import register_autograd
 
 
 _OP = 'sparse_conv'
-
-
-class OffsetPairs(NamedTuple):
-    """Pairs of a convolution grouped by kernel offset (see the module docstring)."""
-    pairs: torch.Tensor          #: (2, P) int64 [input row; output row]
-    offset_starts: torch.Tensor  #: (K + 1,) int64 column where each offset's pairs start (last = P)
 
 
 @_checks.register_fake('fsdlite::sparse_conv')
@@ -129,6 +124,105 @@ def _check_pairs(op, pairs, offset_starts):
         raise OpValueError(f'{op}: offset_starts must have K + 1 >= 1 entries, got shape {tuple(offset_starts.shape)}')
 
 
+PAIR_TILE = 128  #: rows per tile of a tiled map (one kernel offset each); larger tiles copy fewer weights
+
+
+class KernelMap(NamedTuple):
+    """The (input row, output row) pairs of one sparse convolution grouped by kernel offset (offset ``k`` in
+    ``itertools.product`` order of the kernel, spconv's weight order). One type, three layouts:
+
+    * **exact** -- ``pairs`` (2, P) and ``offset_starts`` (K + 1,) marking where each offset's pairs start; no
+      padding, output rows strictly ascending within an offset (:func:`subm_offset_pairs`,
+      :func:`conv_offset_pairs`, :func:`pairs_by_offset`, :meth:`transposed`): the input of :func:`sparse_conv`.
+      It may also carry spconv's form of its pairs (``native``, :meth:`on_spconv`).
+    * **tiled** -- padded to a capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
+      (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``).
+    * **dense** -- padded to one slot per output row and offset: ``nbr`` (Vout, K) holds the input row of each (the
+      output row is implicit), ``num_in`` where there is none (spconv's rulebooks as padded index tensors).
+
+    Build with :meth:`exact`, :meth:`tiled` or :meth:`dense`.
+    """
+    pairs: Optional[torch.Tensor]          #: exact, tiled: (2, P) int64 [input row; output row], grouped by offset
+    offset_starts: Optional[torch.Tensor]  #: exact: (K + 1,) int64 first pair of each offset (last = P)
+    tile_offsets: Optional[torch.Tensor]   #: tiled: (P // tile,) int64 kernel offset of each tile
+    nbr: Optional[torch.Tensor]            #: dense: (Vout, K) int64 input row per output row and offset
+    num_in: int                            #: input rows Vin (the input dump row of a padded map)
+    num_out: int                           #: output rows Vout (the output dump row of a tiled map)
+    native: Optional[tuple] = None         #: exact, run on spconv: (2, K, max pairs) int32 pairs, (K,) int32 counts
+
+    @classmethod
+    def exact(cls, pairs, offset_starts, num_in, num_out):
+        """An exact map of (2, P) int64 ``pairs`` grouped by offset and their (K + 1,) ``offset_starts``."""
+        return cls(pairs, offset_starts, None, None, int(num_in), int(num_out))
+
+    @classmethod
+    def tiled(cls, pair_list, num_in, num_out, tile=PAIR_TILE):
+        """A tiled map from a (3, P) int64 pair list ``[input row; output row; kernel offset]`` (P a multiple of
+        ``tile``, the offset constant within a tile: :func:`rulebook_pairs`). Works inside an exported graph
+        (slices only)."""
+        if pair_list.dim() != 2 or pair_list.shape[0] != 3 or pair_list.shape[1] % tile:
+            raise ValueError(f'KernelMap.tiled: the pair list must have shape (3, P) with P a multiple of {tile}, '
+                             f'got {tuple(pair_list.shape)}')
+        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], None, int(num_in), int(num_out))
+
+    @classmethod
+    def dense(cls, nbr, num_in):
+        """A dense map from a (Vout, K) int64 neighbour map whose missing entries are ``num_in``
+        (:func:`rulebook_subm`, :func:`rulebook_conv`, :func:`rulebook_inverse`)."""
+        return cls(None, None, None, nbr, int(num_in), int(nbr.shape[0]))
+
+    @property
+    def layout(self):
+        """``'exact'``, ``'tiled'`` or ``'dense'``."""
+        return 'dense' if self.nbr is not None else ('tiled' if self.tile_offsets is not None else 'exact')
+
+    @property
+    def backend(self):
+        """What runs the map: ``'fsdlite'`` (exact: :func:`sparse_conv`), ``'spconv'`` (exact with :attr:`native`)
+        or ``'export'`` (tiled, dense: standard ops)."""
+        if self.layout != 'exact':
+            return 'export'
+        return 'fsdlite' if self.native is None else 'spconv'
+
+    def transposed(self):
+        """The map of the transposed convolution (input and output rows swapped, the same offsets) of an exact
+        map, its output rows ascending within an offset as :func:`sparse_conv` needs (a swap when the input rows
+        ascend -- rulebooks of voxels sorted by (b, z, y, x) -- else re-sorted); a tiled map's rows swapped.
+
+        Raises:
+            ValueError: a dense map (use :func:`rulebook_inverse`), or ``offset_starts`` not ending at P.
+            OpValueError: an input row out of ``[0, num_in)``, or twice among the pairs of one offset.
+        """
+        if self.nbr is not None:
+            raise ValueError('KernelMap.transposed: a dense map is transposed by rulebook_inverse')
+        native = None if self.native is None else (self.native[0].flip(0), self.native[1])
+        if self.tile_offsets is not None:
+            return self._replace(pairs=self.pairs.flip(0), num_in=self.num_out, num_out=self.num_in)
+        op = 'KernelMap.transposed'
+        _check_pairs(op, self.pairs, self.offset_starts)
+        if self.pairs.shape[1] != int(self.offset_starts[-1]):
+            raise OpValueError(f'{op}: offset_starts ends at {int(self.offset_starts[-1])}, expected pairs.shape[1] = '
+                               f'{self.pairs.shape[1]}')
+        _checks.index_range(op, 'pairs[0]', self.pairs[0], 0, self.num_in)
+        pairs = _transposed(self.pairs, self.offset_starts, self.num_in, op)
+        return self._replace(pairs=pairs, num_in=self.num_out, num_out=self.num_in, native=native)
+
+    def on_spconv(self):
+        """This exact map with spconv's form of its pairs added (``indice_pairs`` (2, K, max pairs) int32, -1
+        past each offset's count, and ``indice_pair_num`` (K,) int32): it then runs on spconv's kernels."""
+        if self.layout != 'exact':
+            raise ValueError(f'KernelMap.on_spconv: only an exact map runs on spconv, this one is {self.layout}')
+        starts = self.offset_starts
+        counts = starts[1:] - starts[:-1]
+        kv, num = counts.numel(), self.pairs.shape[1]
+        offset = torch.repeat_interleave(torch.arange(kv, device=starts.device), counts, output_size=num)
+        column = torch.arange(num, device=starts.device) - starts.index_select(0, offset)
+        width = max(int(counts.max()) if kv else 0, 1)
+        indice_pairs = torch.full((2, kv, width), -1, dtype=torch.int32, device=starts.device)
+        indice_pairs[:, offset, column] = self.pairs.int()
+        return self._replace(native=(indice_pairs, counts.int()))
+
+
 def sparse_conv(features, weight, pairs, offset_starts, num_out, bias=None):
     """Sparse convolution over offset-grouped pairs (fused gather-GEMM-scatter, differentiable).
 
@@ -190,35 +284,13 @@ def pairs_by_offset(nbr, num_in):
             rulebook ops' dump index among them) mean "no neighbour".
         num_in (int): input rows.
     Returns:
-        OffsetPairs: ``pairs`` (2, P) int64 and ``offset_starts`` (K + 1,) int64 for :func:`sparse_conv` with
-        ``num_out = Vout``.
+        KernelMap: exact, ``pairs`` (2, P) int64 and ``offset_starts`` (K + 1,) int64, ``num_in`` input and Vout
+        output rows.
     """
     op = 'pairs_by_offset'
     _checks.tensor(op, 'nbr', nbr, dtypes=_checks.INDEX_DTYPES, dim=2)
     num_in = _checks.positive_int(op, 'num_in', num_in, allow_zero=True)
-    return OffsetPairs(*torch.ops.fsdlite.sparse_conv_pairs(nbr.long(), num_in))
+    return KernelMap.exact(*torch.ops.fsdlite.sparse_conv_pairs(nbr.long(), num_in), num_in, nbr.shape[0])
 
 
-def transpose_pairs(offset_pairs, num_in):
-    """The pairs of the transposed convolution (input and output rows swapped, same offsets), in the order
-    :func:`sparse_conv` needs (new output rows ascending within an offset).
-
-    Args:
-        offset_pairs (OffsetPairs): pairs of a convolution whose input rows lie in ``[0, num_in)``.
-        num_in (int): input rows of that convolution (the output rows of the transposed one).
-    Returns:
-        OffsetPairs: for :func:`sparse_conv` with ``num_out = num_in`` and each offset's matrix transposed
-        where a true transpose is wanted (an inverse conv has weights of its own).
-    """
-    op = 'transpose_pairs'
-    pairs, offset_starts = offset_pairs
-    _check_pairs(op, pairs, offset_starts)
-    num_in = _checks.positive_int(op, 'num_in', num_in, allow_zero=True)
-    if pairs.shape[1] != int(offset_starts[-1]):
-        raise OpValueError(f'{op}: offset_starts ends at {int(offset_starts[-1])}, expected pairs.shape[1] = '
-                           f'{pairs.shape[1]}')
-    _checks.index_range(op, 'pairs[0]', pairs[0], 0, num_in)
-    return OffsetPairs(_transposed(pairs, offset_starts, num_in, op), offset_starts)
-
-
-__all__ = ['sparse_conv', 'sparse_conv_weight_grad', 'pairs_by_offset', 'transpose_pairs', 'OffsetPairs']
+__all__ = ['PAIR_TILE', 'KernelMap', 'sparse_conv', 'sparse_conv_weight_grad', 'pairs_by_offset']

@@ -70,13 +70,15 @@ def test_eager_runs_the_default_backend_and_predicts_like_the_reference(fsd_expo
     ``reference`` runs spconv; both predict the same boxes and restore the static model afterwards."""
     from fsdlite.models.lidar import SparseUNet
     _, adapter, _, _ = prepare(fsd_export.out_dir / 'config.py', 'random', frames=[kitti_frame])
-    fused = []
-    original = SparseUNet._forward_fused
-    monkeypatch.setattr(SparseUNet, '_forward_fused', lambda self, *a: fused.append(1) or original(self, *a))
+    backends = []
+    original = SparseUNet.resolved_conv_backend
+    monkeypatch.setattr(SparseUNet, 'resolved_conv_backend',
+                        lambda self, *a: backends.append(original(self, *a)) or backends[-1])
     reference = adapter.reference(kitti_frame.data)
-    assert not fused
+    assert set(backends) == {'spconv'}
+    backends.clear()
     eager = adapter.eager(kitti_frame.data)
-    assert fused and adapter.model.static
+    assert set(backends) == {'fsdlite'} and adapter.model.static
     assert adapter.compare_results(eager, reference).same
 
 

@@ -1,13 +1,13 @@
 """Pair lists straight from the exact kernel maps (``ConvPlan.exact_kernel_maps`` ->
-``pair_lists_from_exact``, ``layers.pair_conv.pairs_from_offset_pairs``), the deploy pre-ops' path: the same lists,
+``pair_lists_from_exact``, ``layers.pair_conv.pairs_from_exact``), the deploy pre-ops' path: the same lists,
 pair counts and drops as the neighbour-map path (``build_rulebooks`` -> ``build_pair_lists``), on unsorted voxels,
 with pair bounds that hold and with too few pairs (truncated and counted, or raised)."""
 import pytest
 import torch
 
 from fsdlite.models.lidar import SparseUNet
-from fsdlite.models.layers.pair_conv import pair_capacity, pairs_from_nbr, pairs_from_offset_pairs
-from fsdlite.ops import subm_offset_pairs
+from fsdlite.models.layers.pair_conv import pair_capacity, pairs_from_exact, pairs_from_nbr
+from fsdlite.ops import KernelMap, subm_offset_pairs
 from fsdlite.structures.bounds import BoundExceededError
 
 
@@ -57,25 +57,29 @@ def test_exact_kernel_maps_keep_the_input_row_order_of_level_zero():
     kinds = [g.kind for g in plan.geometries]
     inverse = [i for i, k in enumerate(kinds) if k == 'inverse']
     assert inverse
-    for i in inverse:  # the strided conv of the same level, its pairs swapped
+    for i in inverse:  # the strided conv of the same level, its pairs swapped (re-sorted where the rows are)
         j = next(j for j, (k, s) in enumerate(zip(kinds, plan.levels)) if k == 'conv' and s == plan.levels[i])
-        assert torch.equal(maps[i].pairs, maps[j].pairs.flip(0)) and maps[i].offset_starts is maps[j].offset_starts
+        swapped = maps[j].transposed()
+        assert torch.equal(maps[i].pairs, swapped.pairs) and torch.equal(maps[i].offset_starts, maps[j].offset_starts)
         assert (maps[i].num_in, maps[i].num_out) == (maps[j].num_out, maps[j].num_in)
 
 
-def test_pairs_from_offset_pairs_of_no_pairs_and_bad_shapes():
+def test_pairs_from_exact_of_no_pairs_and_bad_shapes():
     starts = torch.zeros(28, dtype=torch.long)
-    empty = pairs_from_offset_pairs((torch.zeros(2, 0, dtype=torch.long), starts), 5, 7, 10)
+    empty = pairs_from_exact(KernelMap.exact(torch.zeros(2, 0, dtype=torch.long), starts, 5, 7), 5, 7, 10)
     by_map = pairs_from_nbr(torch.full((7, 27), 5), 5, 10)
-    assert torch.equal(empty.pairs, by_map.pairs) and int(empty.needed) == int(empty.dropped) == 0
+    assert torch.equal(empty.pairs, by_map.pairs) and int(empty.num_pairs) == int(empty.num_dropped) == 0
     assert empty.pairs.shape == (3, pair_capacity(10, 27))
     expected = r'expected int64 pairs \(2, P\) and offset_starts \(K \+ 1,\)'
     with pytest.raises(ValueError, match=expected + r'.*got torch.int64 \(3, 4\)'):
-        pairs_from_offset_pairs((torch.zeros(3, 4, dtype=torch.long), starts), 5, 5, 10)
+        pairs_from_exact(KernelMap.exact(torch.zeros(3, 4, dtype=torch.long), starts, 5, 5), 5, 5, 10)
     with pytest.raises(ValueError, match=expected + r'.*torch.int64 \(1,\)'):
-        pairs_from_offset_pairs((torch.zeros(2, 4, dtype=torch.long), torch.zeros(1, dtype=torch.long)), 5, 5, 10)
+        pairs_from_exact(KernelMap.exact(torch.zeros(2, 4, dtype=torch.long), torch.zeros(1, dtype=torch.long), 5, 5), 5,
+                         5, 10)
     with pytest.raises(ValueError, match=expected + r'.*got torch.float32 \(2, 4\)'):
-        pairs_from_offset_pairs((torch.zeros(2, 4), starts), 5, 5, 10)
+        pairs_from_exact(KernelMap.exact(torch.zeros(2, 4), starts, 5, 5), 5, 5, 10)
+    with pytest.raises(ValueError, match='kernel_map must be exact, got a dense map'):
+        pairs_from_exact(KernelMap.dense(torch.zeros(5, 27, dtype=torch.long), 5), 5, 5, 10)
 
 
 def test_exact_pair_lists_of_no_voxels_hold_only_dumps():

@@ -8,7 +8,8 @@ from fsdlite.models.layers.channels import channel_tuple, stage_channels
 from fsdlite.models.layers.bn_fold import layer_by_layer
 from fsdlite.models.layers.mlp import LinearNormAct, build_mlp
 from fsdlite.models.layers.norm_act import build_act, build_norm
-from fsdlite.models.layers.sparse_block import build_sparse_conv, sparse_conv_block, to_sparse_tensor
+from fsdlite.models.layers.sparse_block import build_sparse_conv, sparse_conv_block
+from fsdlite.models.layers.sparse_tensor import SparseTensor
 from fsdlite.models.layers.voxel_geometry import voxel_centers, voxel_grid
 
 
@@ -96,10 +97,10 @@ def test_sparse_conv_builders_match_dense_conv():
     block = sparse_conv_block('SubMConv3d', 2, 3, indice_key='k', norm_cfg=None, act_cfg=None)
     conv = block[0]
     assert conv.bias is not None  # no norm: the conv keeps its bias
-    assert block[0].__class__.__name__ == 'SubMConv3d'
+    assert block[0].geometry.kind == 'subm'
     coors = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 2], [0, 2, 2, 2]])
     feats = torch.randn(3, 2)
-    out = block(to_sparse_tensor(feats, coors, (4, 4, 4), 1)).features
+    out = block(SparseTensor(feats, coors, (4, 4, 4), 1)).features
     dense_in = torch.zeros(1, 2, 4, 4, 4)
     dense_in[0, :, coors[:, 1], coors[:, 2], coors[:, 3]] = feats.t()
     weight = conv.weight.permute(0, 4, 1, 2, 3)  # spconv (out, kz, ky, kx, in) -> (out, in, kz, ky, kx)
@@ -109,8 +110,8 @@ def test_sparse_conv_builders_match_dense_conv():
         build_sparse_conv('Conv3d', 2, 3)
     with pytest.raises(ValueError, match='indice_key'):
         build_sparse_conv('SparseInverseConv3d', 2, 3)
-    with pytest.raises(ValueError, match=r'voxel_coors must be \(V, 4\)'):
-        to_sparse_tensor(feats, coors[:, :3], (4, 4, 4), 1)
+    with pytest.raises(ValueError, match=r'coords must be an integer \(N, 4\)'):
+        SparseTensor(feats, coors[:, :3], (4, 4, 4), 1)
 
 
 def test_build_module_fills_only_accepted_defaults():

@@ -59,7 +59,7 @@ def test_pair_list_holds_every_real_pair_once_grouped_by_offset(vout, vin, kv, f
     needed = int((nbr < vin).sum())
     pl = pairs_from_nbr(nbr, vin, max(needed, 1), tile=tile)
     assert pl.pairs.shape == (3, pair_capacity(max(needed, 1), kv, tile)) and pl.pairs.shape[1] % tile == 0
-    assert int(pl.needed) == needed and int(pl.dropped) == 0
+    assert int(pl.num_pairs) == needed and int(pl.num_dropped) == 0
     ins, outs, offs = pl.pairs
     real = ins < vin
     assert torch.equal(real, outs < vout)  # a slot is a real pair in both rows or the dump in both
@@ -85,7 +85,7 @@ def test_pairs_from_nbr_exports_inside_a_graph(tmp_path):
     class Graph(torch.nn.Module):
         def forward(self, feats, nbr):
             pl = pairs_from_nbr(nbr, 120, 500, tile=8, strict=False)
-            return pair_conv(feats, pl.pairs, conv.weight, 100, conv.bias, tile=8), pl.dropped
+            return pair_conv(feats, pl.pairs, conv.weight, 100, conv.bias, tile=8), pl.num_dropped
 
     nbr, feats = random_map(100, 120, 27, 0.3, seed=9), torch.randn(120, 4)
     types, got, expected = export_and_run(Graph(), (feats, nbr), tmp_path / 'graph_pairs.onnx')
@@ -134,7 +134,7 @@ def test_bound_raises_or_truncates_and_counts():
         pairs_from_nbr(nbr, 150, 10, bound_name='max_pairs[3]')
     pl = pairs_from_nbr(nbr, 150, 10, tile=4, strict=False)  # small tiles: little slack beyond the bound
     kept = int((pl.pairs[0] < 150).sum())
-    assert pl.pairs.shape[1] == pair_capacity(10, 27, 4) == 92 and int(pl.dropped) == needed - kept > 0
+    assert pl.pairs.shape[1] == pair_capacity(10, 27, 4) == 92 and int(pl.num_dropped) == needed - kept > 0
     assert {(int(i), int(o), int(k)) for i, o, k in pl.pairs.t() if i < 150} <= real_pairs(nbr, 150)
 
 

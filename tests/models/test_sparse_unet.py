@@ -4,7 +4,7 @@ import torch
 
 from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d
-from fsdlite.models.layers.sparse_block import is_spconv_module
+from fsdlite.models.layers.sparse_tensor import SparseTensor
 from fsdlite.ops import voxel_keys
 from fsdlite.utils import compat
 
@@ -34,16 +34,16 @@ def test_output_rows_follow_input_rows():
 
 
 def test_output_layout_is_the_input_index_set():
-    net = SparseUNet(5, **GRID, **SMALL, conv_backend='spconv').eval()
+    net = SparseUNet(5, **GRID, **SMALL).eval()
     feats, coors = _voxels(40, 2)
     seen = {}
 
     def record(module, args, output):
-        seen['indices'] = output.indices
+        seen['coords'] = output.coords
 
     net.upsample[-1].register_forward_hook(record)
-    net(feats, coors, 2)
-    assert torch.equal(seen['indices'].long(), coors)
+    net(feats, coors, 2)  # run on the voxels sorted by (b, z, y, x), rows put back in the caller's order
+    assert torch.equal(seen['coords'], coors[torch.argsort(voxel_keys(coors, net.sparse_shape))])
 
 
 def test_samples_are_independent():
@@ -68,9 +68,9 @@ def test_stage_layout_from_config():
     net = SparseUNet(5, **GRID, base_channels=4, encoder_channels=((4,), (8, 8, 8)),
                      decoder_channels=((8, 8, 4), (4, 4, 4)))
     assert len(net.encoder) == 2 and len(net.encoder[1]) == 3
-    assert net.encoder[1][0][0].__class__.__name__ == 'SparseConv3d'
-    assert net.upsample[0][0].__class__.__name__ == 'SparseInverseConv3d'
-    assert net.upsample[1][0].__class__.__name__ == 'SubMConv3d'
+    assert net.encoder[1][0][0].geometry.kind == 'conv' and net.encoder[1][0][0].stride == [2, 2, 2]
+    assert net.upsample[0][0].geometry.kind == 'inverse'
+    assert net.upsample[1][0].geometry.kind == 'subm'
     assert net.sparse_shape == (8, 12, 12)
 
 
@@ -94,19 +94,68 @@ def test_bad_inputs():
         net(feats[:0], coors[:0], 2)
 
 
-# ------------------------------------------------------------------- conv_backend='fsdlite' (fused kernels)
+# ------------------------------------------------------------------- backends against spconv itself
+def _spconv_conv(spconv, conv):
+    """spconv's own layer of ``conv``'s kind and geometry, sharing its parameters (gradients reach ``conv``)."""
+    g = conv.geometry
+    common = dict(indice_key=g.indice_key, bias=conv.bias is not None)
+    if g.kind == 'inverse':
+        layer = spconv.SparseInverseConv3d(conv.in_channels, conv.out_channels, g.kernel_size, **common)
+    else:
+        cls = spconv.SubMConv3d if g.kind == 'subm' else spconv.SparseConv3d
+        layer = cls(conv.in_channels, conv.out_channels, g.kernel_size, stride=g.stride, padding=g.padding,
+                    dilation=g.dilation, **common)
+    layer.weight = conv.weight
+    layer.bias = conv.bias
+    return layer
+
+
+def spconv_unet_forward(net, feats, coors, batch_size):
+    """The reference: ``net``'s conv blocks run by spconv (its layers sharing ``net``'s parameters, its rulebooks and
+    kernels, spconv's ``SparseConvTensor``), rows in the caller's order."""
+    spconv = compat.import_spconv()
+
+    def run(block, x):
+        return spconv.SparseSequential(_spconv_conv(spconv, block[0]), *list(block)[1:])(x)
+
+    x = spconv.SparseConvTensor(feats, coors.int().contiguous(), list(net.sparse_shape), batch_size)
+    return net.forward_sparse(x, run).features  # the UNet's wiring on spconv's tensor (it has replace_feature too)
+
+
 def _twin_nets(seed=0):
+    """The network twice with the same weights and non-trivial norms: ``conv_backend`` 'fsdlite' and 'spconv'."""
     torch.manual_seed(seed)
     ours = SparseUNet(5, **GRID, **SMALL, conv_backend='fsdlite')
     theirs = SparseUNet(5, **GRID, **SMALL, conv_backend='spconv')
-    theirs.load_state_dict(ours.state_dict())
     with torch.no_grad():  # non-trivial norm statistics and biases, so eval mode tests them too
-        for a, b in zip(ours.modules(), theirs.modules()):
-            if isinstance(a, torch.nn.BatchNorm1d):
-                for t in (a.running_mean, a.running_var, a.weight, a.bias):
+        for m in ours.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                for t in (m.running_mean, m.running_var, m.weight, m.bias):
                     t.uniform_(0.5, 1.5)
-                b.load_state_dict(a.state_dict())
+    theirs.load_state_dict(ours.state_dict())
     return ours, theirs
+
+
+@pytest.mark.parametrize('backend', ['fsdlite', 'spconv'])
+def test_backends_match_spconv_itself(backend):
+    """Both backends (fsdlite's kernels, spconv's kernels on fsdlite's kernel maps) give what spconv's own layers,
+    rulebooks and kernels give for the same weights, in inference (norms folded) and training."""
+    net = _twin_nets(5)[0]
+    net.conv_backend = backend
+    feats, coors = _voxels(70, 12)
+    net.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(net(feats, coors, 2), spconv_unet_forward(net, feats, coors, 2),
+                                   atol=1e-5, rtol=1e-5)
+    net.train()
+    grads = []
+    for forward in (net, lambda *a: spconv_unet_forward(net, *a)):
+        x = feats.clone().requires_grad_()
+        net.zero_grad()
+        forward(x, coors, 2).square().sum().backward()
+        grads.append([x.grad] + [p.grad.clone() for p in net.parameters()])
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-4 + 1e-5 * float(b.abs().max()), rtol=1e-4), (a - b).abs().max()
 
 
 def test_fsdlite_backend_matches_spconv_on_scattered_voxels():
@@ -116,6 +165,7 @@ def test_fsdlite_backend_matches_spconv_on_scattered_voxels():
     feats, coors = _voxels(40, 6)
     got = ours(feats, coors, 2)
     assert torch.allclose(got, theirs(feats, coors, 2), atol=1e-5)
+    assert torch.allclose(got, spconv_unet_forward(ours, feats, coors, 2), atol=1e-5)
     plan = ours.conv_plan()
     maps, order = plan.sorted_kernel_maps(coors)
     assert order is not None  # random row order: sorted first
@@ -132,7 +182,7 @@ def test_offset_pairs_of_sorted_and_unsorted_voxels_agree():
     with torch.no_grad():
         unsorted = ours(feats, coors, 2)
         in_order = ours(feats[order], coors[order], 2)
-        reference = theirs(feats, coors, 2)
+        reference = spconv_unet_forward(theirs, feats, coors, 2)
     assert torch.allclose(unsorted, reference, atol=1e-5)
     assert torch.allclose(in_order, reference[order], atol=1e-5)
 
@@ -157,31 +207,34 @@ def test_auto_backend_follows_the_device():
     assert SparseUNet(5, **GRID, **SMALL, conv_backend='spconv').resolved_conv_backend(torch.zeros(1, 5)) == 'spconv'
 
 
-def test_without_spconv_the_layers_are_fsdlite_s_and_load_spconv_weights(monkeypatch):
-    """FSDLITE_NO_SPCONV=1 (what a machine without spconv does): the UNet is built from RulebookSparseConv3d layers
-    with spconv's state_dict keys and shapes, 'auto' runs fsdlite's kernels on every device, 'spconv' says why it
-    cannot run, and the outputs equal the spconv-built network's with the same weights."""
-    spconv_net = _twin_nets(3)[1].eval()
+def test_spconv_checkpoints_load_unchanged_and_run_without_spconv(monkeypatch):
+    """A state_dict of spconv's own layers (its keys and weight layout) loads with strict=True; with
+    FSDLITE_NO_SPCONV=1 (what a machine without spconv does) 'auto' runs fsdlite's kernels and gives what spconv's
+    layers give, and 'spconv' says why it cannot run."""
+    spconv = compat.import_spconv()
+    net = _twin_nets(3)[0].eval()
+    state = net.state_dict()
+    for name, module in net.named_modules():
+        if isinstance(module, RulebookSparseConv3d):
+            layer = _spconv_conv(spconv, module)
+            layer.weight = torch.nn.Parameter(0.2 * torch.randn_like(module.weight))  # spconv's own, new values
+            assert type(layer).__module__.startswith('spconv.')
+            state.update({f'{name}.{key}': value for key, value in layer.state_dict().items()})
     monkeypatch.setenv(compat.NO_SPCONV_ENV, '1')
     assert not compat.spconv_available() and 'FSDLITE_NO_SPCONV' in compat.spconv_unavailable_reason()
-    net = SparseUNet(5, **GRID, **SMALL)
-    assert not is_spconv_module(net)
-    assert any(isinstance(m, RulebookSparseConv3d) for m in net.modules())
-    state = spconv_net.state_dict()
-    assert {k: v.shape for k, v in net.state_dict().items()} == {k: v.shape for k, v in state.items()}
     net.load_state_dict(state, strict=True)
-    net.eval()
     assert net.resolved_conv_backend(torch.zeros(1, 5)) == 'fsdlite'
     feats, coors = _voxels(60, 9)
     with torch.no_grad():
         got = net(feats, coors, 2)
+    net.conv_backend = 'spconv'
+    with pytest.raises(RuntimeError, match="conv_backend='spconv'.*FSDLITE_NO_SPCONV=1 is set.*use 'auto' or "
+                                           "'fsdlite'"):
+        net(feats, coors, 2)
     monkeypatch.delenv(compat.NO_SPCONV_ENV)
     with torch.no_grad():
-        want = spconv_net(feats, coors, 2)
-    assert torch.allclose(got, want, atol=1e-5)
-    net.conv_backend = 'spconv'
-    with pytest.raises(RuntimeError, match="conv_backend='spconv'.* built without spconv.*use conv_backend='auto'"):
-        net(feats, coors, 2)
+        want = spconv_unet_forward(net, feats, coors, 2)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_without_spconv_import_spconv_names_the_way_out(monkeypatch):
@@ -225,32 +278,33 @@ def test_auto_backend_uses_spconv_on_cuda_and_fsdlite_kernels_agree():
     feats, coors = _voxels(60, 8)
     net = ours.cuda().eval()
     assert net.resolved_conv_backend(feats.cuda()) == 'spconv'
-    want = net(feats.cuda(), coors.cuda(), 2)
-    net.conv_backend = 'fsdlite'
-    assert torch.allclose(net(feats.cuda(), coors.cuda(), 2), want, atol=1e-4)
+    with torch.no_grad():
+        want = spconv_unet_forward(net, feats.cuda(), coors.cuda(), 2)
+        assert torch.allclose(net(feats.cuda(), coors.cuda(), 2), want, atol=1e-4)
+        net.conv_backend = 'fsdlite'
+        assert torch.allclose(net(feats.cuda(), coors.cuda(), 2), want, atol=1e-4)
 
 
 def test_bad_conv_backend():
-    with pytest.raises(ValueError, match=r"conv_backend must be one of \('auto', 'spconv', 'fsdlite'\), got 'cuda'"):
+    with pytest.raises(ValueError, match=r"conv_backend must be one of \('auto', 'fsdlite', 'spconv'\), got 'cuda'"):
         SparseUNet(5, **GRID, **SMALL, conv_backend='cuda')
 
 
-def test_dynamic_path_calls_the_conv_layers_as_modules():
-    """Inside ``dynamic_path`` every SparseUNet runs on spconv (module hooks see each conv layer: the slim tracer
-    and the cost counter rely on it); the backend chosen before comes back afterwards, also after an error."""
+def test_dynamic_path_sets_the_backend_and_hooks_see_every_conv():
+    """Module hooks see each conv layer whatever the backend (the slim tracer and the cost counter rely on it);
+    inside ``dynamic_path(model, backend)`` every SparseUNet uses that backend, and the backend chosen before comes
+    back afterwards, also after an error."""
     from fsdlite.models.fsd.static import dynamic_path
     outer = torch.nn.Sequential(SparseUNet(5, **GRID, **SMALL), SparseUNet(5, **GRID, **SMALL, conv_backend='fsdlite'))
     feats, coors = _voxels(30, 9)
     calls = []
     outer[0].conv_input[0].register_forward_hook(lambda *args: calls.append(1))
-    with torch.no_grad():
-        outer[0](feats, coors, 2)
-    assert not calls  # 'auto' for CPU inference: fused kernels, the module itself is not called
-    with pytest.raises(RuntimeError, match='stop'):
-        with dynamic_path(outer):
-            assert [m.conv_backend for m in outer] == ['spconv', 'spconv']
-            with torch.no_grad():
-                outer[0](feats, coors, 2)
-            raise RuntimeError('stop')
+    outer[0](feats, coors, 2)
     assert calls == [1]
+    with pytest.raises(RuntimeError, match='stop'):
+        with dynamic_path(outer, 'spconv'):
+            assert [m.conv_backend for m in outer] == ['spconv', 'spconv']
+            outer[0](feats, coors, 2)
+            raise RuntimeError('stop')
+    assert calls == [1, 1]
     assert [m.conv_backend for m in outer] == ['auto', 'fsdlite']

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from _voxel_helpers import voxel_key, waymo_voxels
 
-from fsdlite.ops import (conv_offset_pairs, pairs_by_offset, rulebook_conv, rulebook_subm, subm_offset_pairs,
-                         transpose_pairs)
+from fsdlite.ops import KernelMap, conv_offset_pairs, pairs_by_offset, rulebook_conv, rulebook_subm, subm_offset_pairs
 from fsdlite.ops.rulebook.reference import conv_offset_pairs_reference, subm_offset_pairs_reference
 
 SHAPE = (6, 7, 9)
@@ -23,8 +22,14 @@ def voxels(shape=SHAPE, batches=2, density=0.3, seed=0, sort=False):
     return coors if sort else coors[torch.randperm(coors.shape[0], generator=g)]
 
 
+def tensors(kmap):
+    """``(pairs, offset_starts)`` of an exact KernelMap (references give the tuple)."""
+    return (kmap.pairs, kmap.offset_starts) if isinstance(kmap, KernelMap) else tuple(kmap)
+
+
 def assert_pairs_equal(got, want):
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    (got_pairs, got_starts), (want_pairs, want_starts) = tensors(got), tensors(want)
+    assert torch.equal(got_pairs, want_pairs) and torch.equal(got_starts, want_starts)
 
 
 def ascending_within_offsets(values, starts):
@@ -57,7 +62,7 @@ def test_conv_matches_reference(kernel, stride, padding, dilation, sort):
 @pytest.mark.parametrize('crop', [64, 160])
 def test_matches_padded_rulebooks_on_real_waymo_voxels(shared_data, crop):
     """Both row orders on a real voxelization: equal to rulebook_subm / rulebook_conv + pairs_by_offset; sorted rows
-    give input rows ascending within each offset, so transpose_pairs is a swap."""
+    give input rows ascending within each offset, so the transposed map is a swap."""
     coors, shape = waymo_voxels(shared_data, crop)
     n = coors.shape[0]
     for rows in (coors, coors[torch.argsort(voxel_key(coors))]):
@@ -70,7 +75,7 @@ def test_matches_padded_rulebooks_on_real_waymo_voxels(shared_data, crop):
     sorted_rows = coors[torch.argsort(voxel_key(coors))]
     for _, pairs in ((None, subm_offset_pairs(sorted_rows, shape)), conv_offset_pairs(sorted_rows, shape, 3, 2, 1)):
         assert ascending_within_offsets(pairs.pairs[0], pairs.offset_starts)
-        assert torch.equal(transpose_pairs(pairs, n).pairs, pairs.pairs.flip(0))
+        assert torch.equal(pairs.transposed().pairs, pairs.pairs.flip(0))
 
 
 def test_thread_count_does_not_change_the_result(shared_data):
@@ -104,12 +109,13 @@ def test_properties(nz, ny, nx, density, sort, geometry, seed):
         if kind == 'subm':
             if k % 2 == 0:
                 continue
-            pairs, starts = subm_offset_pairs(coors, shape, k, d)
+            pairs, starts = tensors(subm_offset_pairs(coors, shape, k, d))
             out, want = coors, pairs_by_offset(rulebook_subm(coors, n, shape, k, d), n)
         else:
             if any(dim + 2 * p < d * (k - 1) + 1 for dim in shape):
                 continue  # empty output grid (an error, tested below)
-            out, (pairs, starts) = conv_offset_pairs(coors, shape, k, s, p, d)
+            out, kmap = conv_offset_pairs(coors, shape, k, s, p, d)
+            pairs, starts = tensors(kmap)
             rb = rulebook_conv(coors, n, shape, k, s, p, d, max_out=max(n * k ** 3, 1))
             want = pairs_by_offset(rb.nbr[:int(rb.num_valid_out)], n)
             assert torch.equal(out, rb.out_coors[:int(rb.num_valid_out)])
@@ -128,14 +134,17 @@ def test_properties(nz, ny, nx, density, sort, geometry, seed):
 
 def test_empty_and_single_voxel():
     empty = torch.zeros(0, 4, dtype=torch.long)
-    pairs, starts = subm_offset_pairs(empty, SHAPE)
-    assert pairs.shape == (2, 0) and starts.tolist() == [0] * 28
-    out, (pairs, starts) = conv_offset_pairs(empty, SHAPE, 3, 2, 1)
-    assert out.shape == (0, 4) and pairs.shape == (2, 0) and starts.tolist() == [0] * 28
+    kmap = subm_offset_pairs(empty, SHAPE)
+    assert kmap.pairs.shape == (2, 0) and kmap.offset_starts.tolist() == [0] * 28
+    assert (kmap.num_in, kmap.num_out, kmap.layout) == (0, 0, 'exact')
+    out, kmap = conv_offset_pairs(empty, SHAPE, 3, 2, 1)
+    assert out.shape == (0, 4) and kmap.pairs.shape == (2, 0) and kmap.offset_starts.tolist() == [0] * 28
     one = torch.tensor([[1, 5, 6, 8]])
-    pairs, starts = subm_offset_pairs(one, SHAPE)
+    pairs, starts = tensors(subm_offset_pairs(one, SHAPE))
     assert pairs.tolist() == [[0], [0]] and starts.tolist() == [0] * 14 + [1] * 14
-    out, (pairs, starts) = conv_offset_pairs(one, SHAPE, 3, 2, 1)  # the far corner: output (2, 3, 4) at offset 22
+    out, kmap = conv_offset_pairs(one, SHAPE, 3, 2, 1)  # the far corner: output (2, 3, 4) at offset 22
+    pairs, starts = tensors(kmap)
+    assert (kmap.num_in, kmap.num_out) == (1, 1)
     assert out.tolist() == [[1, 2, 3, 4]] and pairs.tolist() == [[0], [0]] and starts.tolist() == [0] * 23 + [1] * 5
 
 
@@ -188,8 +197,9 @@ def test_opcheck():
 def test_cuda_matches_cpu(shared_data):
     coors, shape = waymo_voxels(shared_data, 96)
     for rows in (coors, coors[torch.argsort(voxel_key(coors))]):
-        assert_pairs_equal([t.cpu() for t in subm_offset_pairs(rows.cuda(), shape)], subm_offset_pairs(rows, shape))
+        assert_pairs_equal([t.cpu() for t in tensors(subm_offset_pairs(rows.cuda(), shape))],
+                           subm_offset_pairs(rows, shape))
         out, pairs = conv_offset_pairs(rows.cuda(), shape, 3, 2, 1)
         ref_out, ref_pairs = conv_offset_pairs(rows, shape, 3, 2, 1)
         assert torch.equal(out.cpu(), ref_out)
-        assert_pairs_equal([t.cpu() for t in pairs], ref_pairs)
+        assert_pairs_equal([t.cpu() for t in tensors(pairs)], ref_pairs)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from _voxel_helpers import voxel_key, waymo_voxels
 
 from fsdlite.models.layers.rulebook_conv import kernel_matrices
-from fsdlite.ops import (OffsetPairs, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv,
-                         sparse_conv_weight_grad, transpose_pairs, voxel_keys)
+from fsdlite.ops import (KernelMap, pairs_by_offset, rulebook_conv, rulebook_subm, sparse_conv, sparse_conv_weight_grad,
+                         voxel_keys)
 from fsdlite.ops.sparse_conv.reference import (pairs_by_offset_reference, sparse_conv_reference,
                                                sparse_conv_weight_grad_reference)
 from fsdlite.utils import compat
@@ -21,6 +21,16 @@ def random_voxels(shape=(6, 9, 8), batches=2, density=0.3, seed=0):
     g = torch.Generator().manual_seed(seed)
     coors = torch.nonzero(torch.rand(batches, *shape, generator=g) < density)
     return coors[torch.randperm(coors.shape[0], generator=g)]
+
+
+def pt(kmap):
+    """``(pairs, offset_starts)`` of an exact KernelMap, the tensors the ops take."""
+    return kmap.pairs, kmap.offset_starts
+
+
+def on(kmap, device):
+    """An exact KernelMap with its tensors moved to ``device``."""
+    return kmap._replace(pairs=kmap.pairs.to(device), offset_starts=kmap.offset_starts.to(device))
 
 
 def subm_pairs(coors, shape, kernel=3):
@@ -47,7 +57,7 @@ def test_pairs_of_real_maps_match_reference(seed):
     nbr = rulebook_subm(padded, n, shape)  # padding rows and the dump index n + 4: never pairs
     got = pairs_by_offset(nbr[:n], n)
     want = pairs_by_offset_reference(nbr[:n], n)
-    assert isinstance(got, OffsetPairs)
+    assert isinstance(got, KernelMap) and got.layout == 'exact' and (got.num_in, got.num_out) == (n, n)
     assert torch.equal(got.pairs, want[0]) and torch.equal(got.offset_starts, want[1])
     # every entry of the map below n is one pair, and the centre offset pairs every row with itself
     assert got.pairs.shape[1] == int((nbr[:n] < n).sum())
@@ -83,8 +93,8 @@ def test_matches_reference_on_real_rulebooks(cin, cout, dtype):
     bias = torch.randn(cout, generator=g, dtype=dtype)
     sp, (st_pairs, m, _) = subm_pairs(coors, shape), strided_pairs(coors, shape)
     for pairs, num_out in [(sp, n), (st_pairs, m)]:
-        got = sparse_conv(x, w, *pairs, num_out, bias=bias)
-        want = sparse_conv_reference(x.double(), w.double(), *pairs, num_out) + bias.double()
+        got = sparse_conv(x, w, *pt(pairs), num_out, bias=bias)
+        want = sparse_conv_reference(x.double(), w.double(), *pt(pairs), num_out) + bias.double()
         assert got.dtype == dtype and got.shape == (num_out, cout)
         tol = 1e-12 if dtype == torch.float64 else 1e-5
         assert torch.allclose(got.double(), want, atol=tol, rtol=tol)
@@ -98,12 +108,12 @@ def test_linearity_and_rows_without_pairs():
     g = torch.Generator().manual_seed(0)
     x1, x2 = torch.randn(2, n, 8, generator=g)
     w = torch.randn(27, 8, 16, generator=g)
-    lhs = sparse_conv(2 * x1 - x2, w, *pairs, n)
-    rhs = 2 * sparse_conv(x1, w, *pairs, n) - sparse_conv(x2, w, *pairs, n)
+    lhs = sparse_conv(2 * x1 - x2, w, *pt(pairs), n)
+    rhs = 2 * sparse_conv(x1, w, *pt(pairs), n) - sparse_conv(x2, w, *pt(pairs), n)
     assert torch.allclose(lhs, rhs, atol=1e-5)
     # output rows beyond the pairs' rows get the bias only
     bias = torch.randn(16, generator=g)
-    out = sparse_conv(x1, w, *pairs, n + 3, bias=bias)
+    out = sparse_conv(x1, w, *pt(pairs), n + 3, bias=bias)
     assert torch.equal(out[n:], bias.expand(3, 16))
 
 
@@ -117,9 +127,9 @@ def test_thread_count_does_not_change_the_result():
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one = sparse_conv(x, w, *pairs, n)
+        one = sparse_conv(x, w, *pt(pairs), n)
         torch.set_num_threads(2)
-        two = sparse_conv(x, w, *pairs, n)
+        two = sparse_conv(x, w, *pt(pairs), n)
     finally:
         torch.set_num_threads(previous)
     assert torch.equal(one, two)
@@ -154,11 +164,11 @@ def test_matches_spconv_subm_and_strided(spconv, shared_data, source):
             for p in m.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     want, _ = run_spconv(spconv, subm, feats, coors, shape)
-    got = sparse_conv(feats, kernel_matrices(subm.weight), *subm_pairs(coors, shape), n, bias=subm.bias)
+    got = sparse_conv(feats, kernel_matrices(subm.weight), *pt(subm_pairs(coors, shape)), n, bias=subm.bias)
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
     want, want_coors = run_spconv(spconv, down, feats, coors, shape)
     pairs, m, out_coors = strided_pairs(coors, shape)
-    got = sparse_conv(feats, kernel_matrices(down.weight), *pairs, m)
+    got = sparse_conv(feats, kernel_matrices(down.weight), *pt(pairs), m)
     assert m == want.shape[0]
     rows = torch.searchsorted(voxel_key(out_coors), voxel_key(want_coors))  # our outputs are sorted by coordinate
     assert torch.equal(out_coors[rows], want_coors)
@@ -172,12 +182,12 @@ def test_gradcheck_float64_subm_strided_and_transposed():
     n = coors.shape[0]
     g = torch.Generator().manual_seed(0)
     sp, (st_pairs, m, _) = subm_pairs(coors, shape), strided_pairs(coors, shape)
-    inverse = transpose_pairs(st_pairs, n)
+    inverse = st_pairs.transposed()
     for pairs, vin, num_out in [(sp, n, n), (st_pairs, n, m), (inverse, m, n)]:
         x = torch.randn(vin, 3, generator=g, dtype=torch.float64, requires_grad=True)
         w = torch.randn(27, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
         b = torch.randn(2, generator=g, dtype=torch.float64, requires_grad=True)
-        assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, *pairs, num_out, bias=b), (x, w, b))
+        assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, *pt(pairs), num_out, bias=b), (x, w, b))
 
 
 # widths of the portable loop (Cout % 8) and of every AVX2 column/row blocking (Cout 8/16/32/64/72, Cin % 12 etc.)
@@ -188,11 +198,11 @@ def test_weight_grad_matches_reference_on_real_rulebooks(cin, cout, dtype):
     coors = random_voxels(shape, seed=cin + cout)
     n = coors.shape[0]
     (st_pairs, m, _), g = strided_pairs(coors, shape), torch.Generator().manual_seed(cin)
-    for pairs, vin, vout in [(subm_pairs(coors, shape), n, n), (st_pairs, n, m), (transpose_pairs(st_pairs, n), m, n)]:
+    for pairs, vin, vout in [(subm_pairs(coors, shape), n, n), (st_pairs, n, m), (st_pairs.transposed(), m, n)]:
         x = torch.randn(vin, cin, generator=g, dtype=dtype)
         y = torch.randn(vout, cout, generator=g, dtype=dtype)
-        got = sparse_conv_weight_grad(x, y, *pairs)
-        want = sparse_conv_weight_grad_reference(x, y, *pairs)
+        got = sparse_conv_weight_grad(x, y, *pt(pairs))
+        want = sparse_conv_weight_grad_reference(x, y, *pt(pairs))
         assert got.shape == (27, cin, cout)
         tol = 1e-4 if dtype == torch.float32 else 1e-10
         assert torch.allclose(got, want, atol=tol, rtol=tol)
@@ -207,8 +217,8 @@ def test_weight_grad_is_the_adjoint_of_the_convolution_in_the_weight():
     g = torch.Generator().manual_seed(5)
     x, y = torch.randn(n, 6, generator=g, dtype=torch.float64), torch.randn(m, 16, generator=g, dtype=torch.float64)
     w = torch.randn(27, 6, 16, generator=g, dtype=torch.float64)
-    lhs = (sparse_conv(x, w, *pairs, m) * y).sum()
-    assert torch.allclose(lhs, (w * sparse_conv_weight_grad(x, y, *pairs)).sum(), rtol=1e-12)
+    lhs = (sparse_conv(x, w, *pt(pairs), m) * y).sum()
+    assert torch.allclose(lhs, (w * sparse_conv_weight_grad(x, y, *pt(pairs))).sum(), rtol=1e-12)
 
 
 def test_weight_grad_thread_count_and_pair_order_within_an_offset():
@@ -217,7 +227,7 @@ def test_weight_grad_thread_count_and_pair_order_within_an_offset():
     shape = (10, 12, 12)
     coors = random_voxels(shape, seed=9)
     n = coors.shape[0]
-    pairs, starts = subm_pairs(coors, shape)
+    pairs, starts = pt(subm_pairs(coors, shape))
     x, y = torch.randn(n, 16), torch.randn(n, 32)
     before = torch.get_num_threads()
     try:
@@ -243,9 +253,9 @@ def test_gradgradcheck_float64():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(n, 3, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(27, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradgradcheck(lambda x, w: sparse_conv(x, w, *pairs, m), (x, w))
+    assert torch.autograd.gradgradcheck(lambda x, w: sparse_conv(x, w, *pt(pairs), m), (x, w))
     y = torch.randn(m, 2, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, y: sparse_conv_weight_grad(x, y, *pairs), (x, y))
+    assert torch.autograd.gradcheck(lambda x, y: sparse_conv_weight_grad(x, y, *pt(pairs)), (x, y))
 
 
 @pytest.mark.parametrize('sort', [False, True])
@@ -261,9 +271,9 @@ def test_transposed_pairs_give_the_adjoint(sort):
     g = torch.Generator().manual_seed(2)
     x, y = torch.randn(n, 8, generator=g, dtype=torch.float64), torch.randn(m, 16, generator=g, dtype=torch.float64)
     w = torch.randn(27, 8, 16, generator=g, dtype=torch.float64)
-    t = transpose_pairs(pairs, n)
-    lhs = (sparse_conv(x, w, *pairs, m) * y).sum()
-    rhs = (x * sparse_conv(y, w.transpose(1, 2).contiguous(), *t, n)).sum()
+    t = pairs.transposed()
+    lhs = (sparse_conv(x, w, *pt(pairs), m) * y).sum()
+    rhs = (x * sparse_conv(y, w.transpose(1, 2).contiguous(), *pt(t), n)).sum()
     assert torch.allclose(lhs, rhs, rtol=1e-12)
     assert torch.equal(t.offset_starts, pairs.offset_starts)
     assert torch.equal(torch.sort(t.pairs[1]).values, torch.sort(pairs.pairs[0]).values)
@@ -327,7 +337,7 @@ def test_cpp_checks_guard_direct_calls():
     with pytest.raises(ValueError, match='num_in'):
         pairs_by_offset(torch.tensor([[0, 1]]), -1)
     with pytest.raises(ValueError, match=r'pairs\[0\] contains 3, expected values in \[0, 3\)'):
-        transpose_pairs(OffsetPairs(torch.tensor([[0, 3], [0, 1]]), torch.tensor([0, 2])), 3)
+        KernelMap.exact(torch.tensor([[0, 3], [0, 1]]), torch.tensor([0, 2]), 3, 2).transposed()
 
 
 @pytest.mark.parametrize('call, error, match', [
@@ -358,8 +368,8 @@ def test_empty_inputs():
     x, w = torch.randn(0, 3), torch.randn(27, 3, 8)
     pairs = pairs_by_offset(torch.zeros(0, 27, dtype=torch.long), 0)
     assert pairs.pairs.shape == (2, 0) and torch.equal(pairs.offset_starts, torch.zeros(28, dtype=torch.long))
-    assert sparse_conv(x, w, *pairs, 0).shape == (0, 8)
-    assert torch.equal(sparse_conv(x, w, *pairs, 2, bias=torch.ones(8)), torch.ones(2, 8))
+    assert sparse_conv(x, w, *pt(pairs), 0).shape == (0, 8)
+    assert torch.equal(sparse_conv(x, w, *pt(pairs), 2, bias=torch.ones(8)), torch.ones(2, 8))
 
 
 def test_opcheck():
@@ -371,11 +381,11 @@ def test_opcheck():
     # the backward reads offset_starts on the host (one product per offset): not traceable by aot_dispatch, and the
     # pairs' count is data-dependent; schema, autograd registration and the fake kernels are checked
     eager_utils = ('test_schema', 'test_autograd_registration', 'test_faketensor')
-    torch.library.opcheck(torch.ops.fsdlite.sparse_conv.default, (x, w, *pairs, n), test_utils=eager_utils)
+    torch.library.opcheck(torch.ops.fsdlite.sparse_conv.default, (x, w, *pt(pairs), n), test_utils=eager_utils)
     nbr = rulebook_subm(coors, n, shape)
     torch.library.opcheck(torch.ops.fsdlite.sparse_conv_pairs.default, (nbr, n), test_utils=eager_utils)
     y = torch.randn(n, 8, requires_grad=True)
-    torch.library.opcheck(torch.ops.fsdlite.sparse_conv_weight_grad.default, (x, y, *pairs), test_utils=eager_utils)
+    torch.library.opcheck(torch.ops.fsdlite.sparse_conv_weight_grad.default, (x, y, *pt(pairs)), test_utils=eager_utils)
 
 
 # ------------------------------------------------------------------------------------------------- CUDA
@@ -392,14 +402,14 @@ def test_cuda_matches_cpu_forward_and_backward():
         x = torch.randn(n, 16, dtype=dtype, requires_grad=True)
         w = torch.randn(27, 16, 24, dtype=dtype, requires_grad=True)
         xg, wg = x.detach().cuda().requires_grad_(), w.detach().cuda().requires_grad_()
-        cpu, gpu = sparse_conv(x, w, *pairs, n), sparse_conv(xg, wg, *gpu_pairs, n)
+        cpu, gpu = sparse_conv(x, w, *pt(pairs), n), sparse_conv(xg, wg, *pt(gpu_pairs), n)
         assert torch.allclose(gpu.cpu(), cpu, atol=1e-4)
         cpu.square().sum().backward()
         gpu.square().sum().backward()
         assert torch.allclose(xg.grad.cpu(), x.grad, atol=1e-3) and torch.allclose(wg.grad.cpu(), w.grad, atol=1e-2)
         y = torch.randn(n, 24, dtype=dtype)
-        want = sparse_conv_weight_grad_reference(x.detach(), y, *pairs)
-        got = sparse_conv_weight_grad(x.detach().cuda(), y.cuda(), *gpu_pairs)
+        want = sparse_conv_weight_grad_reference(x.detach(), y, *pt(pairs))
+        got = sparse_conv_weight_grad(x.detach().cuda(), y.cuda(), *pt(gpu_pairs))
         assert torch.allclose(got.cpu(), want, atol=1e-3)
 
 
@@ -418,8 +428,8 @@ def _cuda_cases(seed=3):
     coors = random_voxels(shape, batches=1, density=0.35, seed=seed)
     n = coors.shape[0]
     sp, (st_pairs, m, _) = subm_pairs(coors, shape), strided_pairs(coors, shape)
-    inverse = transpose_pairs(st_pairs, n)
-    return [(OffsetPairs(*(t.cuda() for t in pairs)), vin, vout)
+    inverse = st_pairs.transposed()
+    return [(on(pairs, 'cuda'), vin, vout)
             for pairs, vin, vout in [(sp, n, n), (st_pairs, n, m), (inverse, m, n)]]
 
 
@@ -434,14 +444,14 @@ def test_cuda_gradcheck_float64_against_the_reference():
         b = torch.randn(2, generator=g, dtype=torch.float64).cuda().requires_grad_()
         want = sparse_conv_reference(x.detach().cpu(), w.detach().cpu(), pairs.pairs.cpu(),
                                      pairs.offset_starts.cpu(), vout)
-        torch.testing.assert_close(sparse_conv(x, w, *pairs, vout).cpu(), want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(sparse_conv(x, w, *pt(pairs), vout).cpu(), want, rtol=1e-12, atol=1e-12)
         y = torch.randn(vout, 2, generator=g, dtype=torch.float64).cuda()
         torch.testing.assert_close(
-            sparse_conv_weight_grad(x.detach(), y, *pairs).cpu(),
+            sparse_conv_weight_grad(x.detach(), y, *pt(pairs)).cpu(),
             sparse_conv_weight_grad_reference(x.detach().cpu(), y.cpu(), pairs.pairs.cpu(), pairs.offset_starts.cpu()),
             rtol=1e-12, atol=1e-12)
-        assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, *pairs, vout, bias=b), (x, w, b))
-        assert torch.autograd.gradgradcheck(lambda x, w: sparse_conv(x, w, *pairs, vout), (x, w))
+        assert torch.autograd.gradcheck(lambda x, w, b: sparse_conv(x, w, *pt(pairs), vout, bias=b), (x, w, b))
+        assert torch.autograd.gradgradcheck(lambda x, w: sparse_conv(x, w, *pt(pairs), vout), (x, w))
 
 
 @pytest.mark.cuda
@@ -454,10 +464,10 @@ def test_cuda_kernels_are_deterministic_on_large_offsets():
     pairs = pairs_by_offset(rulebook_subm(coors, n, shape), n)
     assert int((pairs.offset_starts[1:] - pairs.offset_starts[:-1]).max()) > 4 * 256
     x, w, y = torch.randn(n, 32).cuda(), torch.randn(27, 32, 16).cuda(), torch.randn(n, 16).cuda()
-    outs = [sparse_conv(x, w, *pairs, n) for _ in range(3)]
-    grads = [sparse_conv_weight_grad(x, y, *pairs) for _ in range(3)]
+    outs = [sparse_conv(x, w, *pt(pairs), n) for _ in range(3)]
+    grads = [sparse_conv_weight_grad(x, y, *pt(pairs)) for _ in range(3)]
     assert all(torch.equal(o, outs[0]) for o in outs) and all(torch.equal(gw, grads[0]) for gw in grads)
-    cpu_pairs = OffsetPairs(*(t.cpu() for t in pairs))
-    torch.testing.assert_close(outs[0].cpu(), sparse_conv(x.cpu(), w.cpu(), *cpu_pairs, n), rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(grads[0].cpu(), sparse_conv_weight_grad(x.cpu(), y.cpu(), *cpu_pairs),
+    cpu_pairs = on(pairs, 'cpu')
+    torch.testing.assert_close(outs[0].cpu(), sparse_conv(x.cpu(), w.cpu(), *pt(cpu_pairs), n), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(grads[0].cpu(), sparse_conv_weight_grad(x.cpu(), y.cpu(), *pt(cpu_pairs)),
                                rtol=1e-4, atol=1e-3)

@@ -69,3 +69,33 @@ def test_kernel_point_conv_counts_valid_neighbour_pairs(slim_kit):
     total, by_op, _ = count_macs(slim_kit.Wrap(Body()), dict(inputs=(pts, nbrs, torch.randn(10, 3))))
     assert by_op['fsdlite::kpconv'] == 10 * 2 * 3 * 5 + 10 * 5 * 3 * 6   # 'sum' aggregation over 5 kernel points
     assert total == by_op['fsdlite::kpconv']
+
+
+def test_fsdlite_sparse_convs_count_what_spconv_runs(slim_kit):
+    """The conv layers the configs build, run on fsdlite's kernels (the default on the CPU) or on spconv's, count
+    the multiply-accumulates spconv's own layers count for the same rulebooks."""
+    from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d
+    from fsdlite.models.layers.sparse_tensor import SparseTensor
+    from fsdlite.utils.compat import import_spconv
+    spconv = import_spconv()
+    theirs = SparseNet(spconv)
+    x = _sparse_input(spconv)
+    want, _, _ = count_macs(slim_kit.Wrap(theirs), dict(inputs=x))
+
+    class Ours(nn.Module):
+        def __init__(self, backend):
+            super().__init__()
+            self.backend = backend
+            self.convs = nn.ModuleList(RulebookSparseConv3d.from_spconv(m) for m in
+                                       (theirs.subm, theirs.down, theirs.up, theirs.keyless))
+
+        def forward(self, x):
+            t = SparseTensor(x.features, x.indices, x.spatial_shape, x.batch_size, backend=self.backend)
+            for conv in self.convs:
+                t = conv(t)
+            return t.features
+
+    for backend in ('fsdlite', 'spconv'):
+        total, by_op, uncounted = count_macs(slim_kit.Wrap(Ours(backend)), dict(inputs=x))
+        assert total == want and set(uncounted) <= {'fsdlite::rulebook_subm_pairs', 'fsdlite::rulebook_conv_pairs'}
+        assert by_op['fsdlite::sparse_conv' if backend == 'fsdlite' else 'aten::mm'] == want

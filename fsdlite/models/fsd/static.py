@@ -28,7 +28,6 @@ from fsdlite.structures.bounds import Bounds, check_bound, scale_bounds
 from fsdlite.structures.padded import pad_to_bound, valid_mask
 from fsdlite.utils.compat import spconv_available
 
-from ..layers.sparse_block import is_spconv_module
 
 
 
@@ -402,24 +401,23 @@ class StaticGraph(nn.Module):
 
 
 @contextlib.contextmanager
-def dynamic_path(model, conv_backend='spconv'):
+def dynamic_path(model, conv_backend=None):
     """Run ``model`` on its dynamic path inside the block, with its sparse-conv layers called as modules.
 
-    Both paths share the weights and compute the same values; the dynamic one sees no padding. Inside the block
-    a ``static`` model runs eagerly and every submodule with a ``conv_backend`` (SparseUNet) uses ``'spconv'``,
-    whose conv layers are called as modules (the fixed-shape path and the ``'fsdlite'`` backend read their
-    weights through functional convs), so module hooks see every layer -- what the slim tracer and the cost
-    counter need. ``conv_backend=None`` keeps each module's own backend (the eager inference users run). Where a
-    network's layers are not spconv's (no spconv on the machine) ``'spconv'`` falls back to ``'auto'``: the
-    values are the same, but hooks then see no conv layer.
+    Both paths share the weights and compute the same values; the dynamic one sees no padding. Inside the block a
+    ``static`` model runs eagerly, so module hooks see every conv layer called on a sparse tensor (the fixed-shape
+    path runs them too, on plain tensors and padded maps) -- what the slim tracer and the cost counter need.
+    ``conv_backend`` (``'spconv'``, ``'fsdlite'`` or ``'auto'``) sets the backend of every submodule with a
+    ``conv_backend`` (SparseUNet) for the block; None keeps each module's own. ``'spconv'`` falls back to
+    ``'auto'`` where spconv does not import (the same values). The previous settings come back afterwards.
     """
     previous = getattr(model, 'static', False)
     backends = [(m, m.conv_backend) for m in model.modules() if hasattr(m, 'conv_backend')]
     if previous:
         model.static = False
     if conv_backend is not None:
+        runnable = conv_backend != 'spconv' or spconv_available()
         for module, _ in backends:
-            runnable = conv_backend != 'spconv' or (spconv_available() and is_spconv_module(module))
             module.conv_backend = conv_backend if runnable else 'auto'
     try:
         yield model

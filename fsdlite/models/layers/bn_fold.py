@@ -2,7 +2,7 @@
 
 ``norm(x @ W + b)`` with a BatchNorm in eval mode is the affine map ``x @ (W * s) + (b * s + t)``, where
 ``s = gamma / sqrt(running_var + eps)`` and ``t = beta - running_mean * s`` (per output channel).  Layers that
-end in such a norm (``LinearNormAct``, the sparse-conv blocks of the UNet's fused path) run the folded map when
+end in such a norm (``LinearNormAct``, the sparse-conv blocks ``SparseConvBlock``) run the folded map when
 no gradient is needed: one GEMM instead of GEMM + norm, and no extra (N, C) pass.  The folded weights are cached
 on the norm module and rebuilt whenever any tensor they come from changes (new storage or an in-place update:
 optimizer steps, ``load_state_dict``, ``.to()``).  An edit through ``param.data`` bypasses the version counter
@@ -106,29 +106,4 @@ def fold_batch_norm(norm, weight, bias, weight_out_last, tag):
     return folded
 
 
-def run_conv_norm_act(layers, x, conv, matrices, tag):
-    """Run the first layers of a ``conv -> norm -> act`` block (e.g. an spconv ``SparseSequential``'s modules):
-    the conv with an eval-mode BatchNorm folded into it when allowed (and a ReLU after it applied in place),
-    else the conv alone.
-
-    Args:
-        layers (Sequence[nn.Module]): the block's modules, the conv first (its ``weight`` and ``bias``).
-        x (Tensor): the block's input.
-        conv (callable): ``conv(x, weight_matrices, bias) -> output`` (output channels last).
-        matrices (callable): the conv's ``weight`` -> the matrices ``conv`` takes (output channels last).
-        tag (hashable): layout of ``matrices`` (see :func:`fold_batch_norm`).
-    Returns:
-        tuple: ``(output, n)``, the output of the block's first ``n`` layers (1, 2 or 3).
-    """
-    module = layers[0]
-    folded = None if len(layers) < 2 else fold_batch_norm(layers[1], module.weight, module.bias, matrices, tag)
-    if folded is None:
-        return conv(x, matrices(module.weight), module.bias), 1
-    out = conv(x, folded.weight, folded.bias)
-    if len(layers) > 2 and type(layers[2]) is nn.ReLU:
-        return out.relu_(), 3
-    return out, 2
-
-
-__all__ = ['layer_by_layer', 'running_layer_by_layer', 'FoldedAffine', 'batch_norm_affine', 'fold_batch_norm',
-           'run_conv_norm_act']
+__all__ = ['layer_by_layer', 'running_layer_by_layer', 'FoldedAffine', 'batch_norm_affine', 'fold_batch_norm']

@@ -17,12 +17,12 @@ Submanifold convs of a level share one map; an inverse conv takes its strided co
 """
 import torch
 
-from fsdlite.ops import conv_offset_pairs, conv_output_shape, subm_offset_pairs, voxel_keys
 from fsdlite.utils.constants import const
 
-from .pair_conv import pairs_from_nbr, pairs_from_offset_pairs
+from .pair_conv import pairs_from_exact, pairs_from_nbr
 from .rulebook_conv import build_rulebook, conv_geometry
 from .sparse_conv import KernelMap
+from .sparse_tensor import SparseTensor, voxel_order
 
 _ROWS = {'subm': (0, 0), 'conv': (-1, 0), 'inverse': (0, -1)}  # (input, output) level relative to the block's
 
@@ -82,24 +82,19 @@ class ConvPlan:
             tuple: list of :class:`KernelMap` (exact) in execution order (an inverse conv's is its strided conv's,
             transposed; submanifold convs of a level share one), and the (V_s, 4) voxels of every level.
         """
-        levels = [(voxel_coors, self.sparse_shape)]
-        subm, strided, maps = {}, {}, []
+        return self._tensor_kernel_maps(SparseTensor(voxel_coors.new_empty((voxel_coors.shape[0], 0)), voxel_coors,
+                                                    self.sparse_shape, 1, backend='fsdlite'))
+
+    def _tensor_kernel_maps(self, x):
+        """:meth:`exact_kernel_maps` of the voxels of a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor`
+        (the maps its convs build and cache, in execution order; rows of level 0 in the tensor's order)."""
+        tensors, maps = {0: x}, []
         for g, s in zip(self.geometries, self.levels):
-            if g.kind == 'subm':
-                shared = (s, g.kernel_size, g.dilation)
-                if shared not in subm:
-                    rows = levels[s][0].shape[0]
-                    subm[shared] = KernelMap.exact(subm_offset_pairs(*levels[s], g.kernel_size, g.dilation), rows, rows)
-                maps.append(subm[shared])
-            elif g.kind == 'conv':
-                coors, shape = levels[s - 1]
-                out_coors, pairs = conv_offset_pairs(coors, shape, g.kernel_size, g.stride, g.padding, g.dilation)
-                levels.append((out_coors, conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation)))
-                strided[s] = KernelMap.exact(pairs, coors.shape[0], out_coors.shape[0])
-                maps.append(strided[s])
-            else:  # the strided conv's input rows ascend within an offset: swapped, they are the inverse's pairs
-                maps.append(strided[s].transposed())
-        return maps, [coors for coors, _ in levels]
+            kmap, out = tensors[s - 1 if g.kind == 'conv' else s].kernel_map(g)
+            if g.kind == 'conv':
+                tensors[s] = out
+            maps.append(kmap)
+        return maps, [tensors[s].coords for s in sorted(tensors)]
 
     def sorted_kernel_maps(self, voxel_coors):
         """:meth:`exact_kernel_maps` of the voxels sorted by ``(b, z, y, x)`` (the ops' fast paths).
@@ -109,8 +104,7 @@ class ConvPlan:
             (None when already sorted).
         """
         coors = voxel_coors.long()
-        key = voxel_keys(coors, self.sparse_shape)
-        order = None if bool((key[1:] > key[:-1]).all()) else torch.argsort(key)
+        order = voxel_order(coors, self.sparse_shape)
         maps, _ = self.exact_kernel_maps(coors if order is None else coors.index_select(0, order))
         return maps, order
 
@@ -145,10 +139,10 @@ class ConvPlan:
                 lists.append(strided[slot][[1, 0, 2]])
                 continue
             if id(kmap) not in built:
-                pl = pairs_from_offset_pairs((kmap.pairs, kmap.offset_starts), num_in, num_out, max_pairs[slot],
-                                             strict=strict, bound_name=f'{bound_name}[{slot}]')
+                pl = pairs_from_exact(kmap, num_in, num_out, max_pairs[slot], strict=strict,
+                                      bound_name=f'{bound_name}[{slot}]')
                 built[id(kmap)] = pl.pairs
-                dropped[slot] = torch.maximum(dropped[slot], pl.dropped)
+                dropped[slot] = torch.maximum(dropped[slot], pl.num_dropped)
             if kind == 'conv':
                 strided[slot] = built[id(kmap)]
             lists.append(built[id(kmap)])
@@ -264,7 +258,7 @@ class ConvPlan:
                 built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
                                                 bound_name=f'{bound_name}[{slot}]')
             pl = built[id(nbr)]
-            dropped[slot] = pl.dropped if slot not in dropped else torch.maximum(dropped[slot], pl.dropped)
+            dropped[slot] = pl.num_dropped if slot not in dropped else torch.maximum(dropped[slot], pl.num_dropped)
             if kind == 'conv':
                 strided[slot] = pl.pairs
             lists.append(pl.pairs)

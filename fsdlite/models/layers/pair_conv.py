@@ -9,28 +9,19 @@ at the dump rows):
     pairs (3, P) int64:  pairs[0] input row (Vin = dump)   pairs[1] output row (Vout = dump)
                          pairs[2] kernel offset (the same for the rows of a tile; 0 in unused tiles)
 
-:meth:`KernelMap.tiled <fsdlite.models.layers.sparse_conv.KernelMap.tiled>` reads it as the tiled layout of the
+:meth:`KernelMap.tiled <fsdlite.ops.sparse_conv.KernelMap.tiled>` reads it as the tiled layout of the
 one kernel-map type, run by :func:`~fsdlite.models.layers.sparse_conv.sparse_conv` in standard ops.  The capacity
 P comes from a bound on the real pairs (``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour
-map, :func:`pairs_from_offset_pairs` from the exact offset-grouped pairs (the deploy pre-ops), and
+map, :func:`pairs_from_exact` from the exact kernel map (the deploy pre-ops), and
 :func:`traced_pairs` inside a graph; all report the pairs that did not fit.
 """
-from typing import NamedTuple
-
 import torch
 
-from fsdlite.ops import rulebook_pairs
+from fsdlite.ops import RulebookPairs, rulebook_pairs
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.utils.constants import const
 
 from .sparse_conv import PAIR_TILE, pair_capacity
-
-
-class PairList(NamedTuple):
-    """Result of :func:`pairs_from_nbr`."""
-    pairs: torch.Tensor    #: (3, P) int64 input row, output row, kernel offset (see the module docstring)
-    needed: torch.Tensor   #: () int64 real pairs of the map
-    dropped: torch.Tensor  #: () int64 pairs that did not fit into P rows (0 unless the bound was exceeded)
 
 
 def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
@@ -45,7 +36,8 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
             (default: eager mode); otherwise pairs that do not fit are dropped (highest offsets first) and counted.
         bound_name (str): name of the bound in that error.
     Returns:
-        PairList
+        RulebookPairs: the (3, P) list, the real pairs and the pairs placed (``num_dropped``: those that did not
+        fit).
     """
     if nbr.dim() != 2 or nbr.dtype != torch.long:
         raise ValueError(f'pairs_from_nbr: nbr must be a (Vout, K) int64 tensor, got {tuple(nbr.shape)} {nbr.dtype}')
@@ -55,20 +47,19 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     else:
         pairs, needed, placed = rulebook_pairs(nbr, int(num_in), capacity, tile)
     check_bound(needed, int(max_pairs), bound_name, strict=strict)
-    return PairList(pairs, needed, needed - placed)
+    return RulebookPairs(pairs, needed, placed)
 
 
-def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None,
-                            bound_name='max_pairs'):
-    """The pair list :func:`pairs_from_nbr` builds from a neighbour map, built from the same convolution's
-    offset-grouped pairs instead (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs``: output rows ascending
-    within an offset, as the map lists them), with no (Vout, K) map in between (the deploy pre-ops).
+def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
+    """The pair list :func:`pairs_from_nbr` builds from a neighbour map, built from the same convolution's exact
+    kernel map instead (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs``: output rows ascending within an
+    offset, as the neighbour map lists them), with no (Vout, K) map in between (the deploy pre-ops).
 
     Each offset's pairs are one contiguous run of the input and start its run of tiles in the list: a pair's
     row in the list is its column plus its offset's shift.
 
     Args:
-        offset_pairs (tuple): ``(pairs (2, P) int64 [input row; output row], offset_starts (K + 1,) int64)``.
+        kernel_map (KernelMap): exact, ``pairs`` (2, P) int64 [input row; output row], ``offset_starts`` (K + 1,).
         num_in (int): Vin, the dump input row.
         num_out (int): Vout, the dump output row.
         max_pairs (int): bound on the real pairs; the list has :func:`pair_capacity` rows.
@@ -78,12 +69,15 @@ def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_
             counted, as :func:`pairs_from_nbr` does.
         bound_name (str): name of the bound in that error.
     Returns:
-        PairList
+        RulebookPairs: the (3, P) list, the real pairs and the pairs placed (``num_dropped``: those that did not
+        fit).
     """
-    pairs, starts = offset_pairs
+    pairs, starts = kernel_map.pairs, kernel_map.offset_starts
+    if kernel_map.layout != 'exact':
+        raise ValueError(f'pairs_from_exact: kernel_map must be exact, got a {kernel_map.layout} map')
     if (pairs.dim() != 2 or pairs.shape[0] != 2 or starts.dim() != 1 or starts.numel() < 2
             or pairs.dtype != torch.long or starts.dtype != torch.long):
-        raise ValueError(f'pairs_from_offset_pairs: expected int64 pairs (2, P) and offset_starts (K + 1,) with '
+        raise ValueError(f'pairs_from_exact: expected int64 pairs (2, P) and offset_starts (K + 1,) with '
                          f'K >= 1, got {pairs.dtype} {tuple(pairs.shape)} and {starts.dtype} {tuple(starts.shape)}')
     kv = starts.numel() - 1
     capacity = pair_capacity(max_pairs, kv, tile)
@@ -101,7 +95,7 @@ def pairs_from_offset_pairs(offset_pairs, num_in, num_out, max_pairs, tile=PAIR_
     out[2, tile_offset.numel() * tile:] = 0  # tiles no offset uses
     needed = counts.sum()
     check_bound(needed, int(max_pairs), bound_name, strict=strict)
-    return PairList(out, needed, needed - placed)
+    return RulebookPairs(out, needed, needed.new_tensor(placed))
 
 
 def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
@@ -133,4 +127,4 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     return torch.cat([io, offsets], 0), count.sum(), torch.minimum((capacity - first).clamp(min=0), count).sum()
 
 
-__all__ = ['PairList', 'pairs_from_nbr', 'pairs_from_offset_pairs', 'traced_pairs']
+__all__ = ['pairs_from_nbr', 'pairs_from_exact', 'traced_pairs']

@@ -1,93 +1,66 @@
-"""The sparse-convolution functional, its one pair format :class:`KernelMap`, and the conv module family.
+"""The sparse-convolution functional and the conv module family, on the one pair format ``fsdlite.ops.KernelMap``.
 
-A kernel map lists the (input row, output row) pairs of one sparse convolution grouped by kernel offset (offset
-``k`` in ``itertools.product`` order of the kernel, spconv's weight order). One type, three layouts:
+A kernel map (:class:`fsdlite.ops.sparse_conv.KernelMap`) lists the (input row, output row) pairs of one sparse
+convolution grouped by kernel offset, in one of three layouts, each with its backend in :func:`sparse_conv`:
 
-* **exact** -- ``pairs`` (2, P) and ``offset_starts`` (K + 1,) marking where each offset's pairs start; no padding,
-  output rows ascending within an offset (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs`` /
-  ``pairs_by_offset``). Run by fsdlite's fused kernels (``fsdlite.ops.sparse_conv``, CPU and CUDA, forward and
-  backward).
-* **tiled** -- padded to a capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
-  (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``). Run as a
-  gather-GEMM-scatter of standard ops (Gather / MatMul / ScatterND(add), static shapes).
-* **dense** -- padded to one slot per output row and offset: ``nbr`` (Vout, K) holds the input row of each (the
-  output row is implicit), ``num_in`` where there is none (spconv's rulebooks as padded index tensors). Run as a
+* **exact** -- no padding (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs`` / ``pairs_by_offset``): run
+  by fsdlite's fused kernels (``fsdlite.ops.sparse_conv``, CPU and CUDA, forward and backward), or by spconv's
+  gather-GEMM-scatter kernels when the map carries spconv's form of its pairs (``KernelMap.on_spconv``; the
+  backend a map is built for: :func:`resolve_backend`);
+* **tiled** -- padded to a capacity in tiles of one kernel offset each: run as a gather-GEMM-scatter of standard
+  ops (Gather / MatMul / ScatterND(add), static shapes);
+* **dense** -- one slot per output row and offset (spconv's rulebooks as padded index tensors): run as a
   gather-GEMM of standard ops.
 
-:func:`sparse_conv` picks the backend from the layout; weights are (K, Cin, Cout) matrices
-(:func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices` of spconv's ``(Cout, kz, ky, kx, Cin)`` weight).
-:class:`RulebookSparseConv3d` holds spconv's parameters unchanged and runs on a kernel map;
-:func:`conv_module_forward` runs an spconv layer the same way.
+Weights are (K, Cin, Cout) matrices (:func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices` of spconv's
+``(Cout, kz, ky, kx, Cin)`` weight). :class:`RulebookSparseConv3d` holds spconv's parameters unchanged and runs on a
+:class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` (which builds and caches its kernel maps) or on a given
+kernel map; :func:`conv_module_forward` runs an spconv layer the same way.
 """
 import math
-from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
 
 import fsdlite.ops as fsdlite_ops
+from fsdlite.ops import PAIR_TILE, KernelMap
 from fsdlite.structures.padded import with_dump_row
+from fsdlite.utils import compat
 
 from .rulebook_conv import MAX_VOXELS_BUFFER, conv_geometry, kernel_matrices
 from .static_ops import check_index
 
-PAIR_TILE = 128  #: rows per tile of a tiled map (one kernel offset each); larger tiles copy fewer weights
 DENSE_MODES = ('auto', 'matmul', 'loop')
+BACKENDS = ('auto', 'fsdlite', 'spconv')  #: what runs exact maps (see :func:`resolve_backend`)
 
 
-class KernelMap(NamedTuple):
-    """Offset-grouped (input row, output row) pairs of one sparse convolution (layouts: module docstring).
+def resolve_backend(backend, device):
+    """The backend exact maps are built for on ``device``: ``backend`` (one of :data:`BACKENDS`) with ``'auto'``
+    decided -- ``'fsdlite'`` on the CPU (training and inference), on CUDA ``'spconv'`` when spconv imports and runs
+    there, else ``'fsdlite'`` (its CUDA kernels).
 
-    Build with :meth:`exact`, :meth:`tiled` or :meth:`dense`.
+    Raises:
+        ValueError: ``backend`` is not one of :data:`BACKENDS`.
+        RuntimeError: ``'spconv'`` but spconv does not import (the error says why and what runs instead).
     """
-    pairs: Optional[torch.Tensor]          #: exact, tiled: (2, P) int64 [input row; output row], grouped by offset
-    offset_starts: Optional[torch.Tensor]  #: exact: (K + 1,) int64 first pair of each offset (last = P)
-    tile_offsets: Optional[torch.Tensor]   #: tiled: (P // tile,) int64 kernel offset of each tile
-    nbr: Optional[torch.Tensor]            #: dense: (Vout, K) int64 input row per output row and offset
-    num_in: int                            #: input rows Vin (the input dump row of a padded map)
-    num_out: int                           #: output rows Vout (the output dump row of a tiled map)
-
-    @classmethod
-    def exact(cls, offset_pairs, num_in, num_out):
-        """An exact map from ``(pairs (2, P), offset_starts (K + 1,))`` (``fsdlite.ops.OffsetPairs``)."""
-        pairs, starts = offset_pairs
-        return cls(pairs, starts, None, None, int(num_in), int(num_out))
-
-    @classmethod
-    def tiled(cls, pair_list, num_in, num_out, tile=PAIR_TILE):
-        """A tiled map from a (3, P) int64 pair list ``[input row; output row; kernel offset]`` (P a multiple of
-        ``tile``, the offset constant within a tile: :mod:`~fsdlite.models.layers.pair_conv`). Works inside an
-        exported graph (slices only)."""
-        if pair_list.dim() != 2 or pair_list.shape[0] != 3 or pair_list.shape[1] % tile:
-            raise ValueError(f'KernelMap.tiled: the pair list must have shape (3, P) with P a multiple of {tile}, '
-                             f'got {tuple(pair_list.shape)}')
-        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], None, int(num_in), int(num_out))
-
-    @classmethod
-    def dense(cls, nbr, num_in):
-        """A dense map from a (Vout, K) int64 neighbour map whose missing entries are ``num_in``
-        (:func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`)."""
-        return cls(None, None, None, nbr, int(num_in), int(nbr.shape[0]))
-
-    @property
-    def layout(self):
-        """``'exact'``, ``'tiled'`` or ``'dense'``."""
-        return 'dense' if self.nbr is not None else ('tiled' if self.tile_offsets is not None else 'exact')
-
-    def transposed(self):
-        """The map of the inverse convolution of an exact or tiled map: input and output rows swapped, the same
-        offsets.  An exact map must list its input rows ascending within an offset (true of the strided convs'
-        ``conv_offset_pairs``), so the swapped pairs keep the output order the fused kernels need."""
-        if self.nbr is not None:
-            raise ValueError('KernelMap.transposed: a dense map is transposed by rulebook_inverse (build_rulebook)')
-        return self._replace(pairs=self.pairs.flip(0), num_in=self.num_out, num_out=self.num_in)
+    if backend not in BACKENDS:
+        raise ValueError(f'sparse-conv backend must be one of {BACKENDS}, got {backend!r}')
+    if backend == 'spconv' and not compat.spconv_available():
+        raise RuntimeError(f"the sparse-conv backend 'spconv' cannot run: {compat.spconv_unavailable_reason()}; use "
+                           "'auto' or 'fsdlite' (fsdlite's own kernels, CPU and CUDA; same weights)")
+    if backend != 'auto':
+        return backend
+    if torch.device(device).type == 'cuda' and compat.spconv_runs_on(device):
+        return 'spconv'
+    return 'fsdlite'
 
 
 def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
     """Sparse convolution ``out[o] = sum over pairs (i, o) of offset k of x[i] @ weight[k] (+ bias)``.
 
-    Backend by the map's layout: exact -> ``fsdlite.ops.sparse_conv`` (fused, CPU/CUDA, differentiable); tiled ->
-    gather-GEMM-scatter, dense -> gather-GEMM, both in standard ops (exportable, autograd through them).
+    Backend by the map (:attr:`KernelMap.backend`): exact -> ``fsdlite.ops.sparse_conv`` (fused, CPU/CUDA,
+    differentiable), or spconv's native kernels when the map carries spconv's pairs (:meth:`KernelMap.on_spconv`);
+    tiled -> gather-GEMM-scatter, dense -> gather-GEMM, both in standard ops (exportable, autograd through them).
 
     Args:
         x (Tensor): (Vin, Cin) input rows (padding rows allowed: a padded map never reads them).
@@ -99,6 +72,8 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
     Returns:
         Tensor: (num_out, Cout); rows without pairs hold the bias (or 0).
     """
+    if kernel_map.native is not None:
+        return _spconv_conv(x, kernel_map, weight, bias)
     if kernel_map.layout == 'exact':
         return fsdlite_ops.sparse_conv(x, weight, kernel_map.pairs, kernel_map.offset_starts, kernel_map.num_out,
                                        bias=bias)
@@ -107,6 +82,22 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
         raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
     out = _dense_conv(x, kernel_map.nbr, weight, mode) if kernel_map.layout == 'dense' else _tiled_conv(
         x, kernel_map, weight)
+    return out if bias is None else out + bias
+
+
+def _spconv_conv(x, kernel_map, weight, bias):
+    """spconv's native gather-GEMM-scatter (its autograd function) on the map's pairs; spconv's weight layout
+    (Cout, K, Cin) is the matrices' transpose."""
+    kv, cin, cout = weight.shape
+    if x.dim() != 2 or x.shape[1] != cin:
+        raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
+    indice_pairs, counts = kernel_map.native
+    if indice_pairs.shape[:2] != (2, kv):
+        raise ValueError(f'sparse_conv: kernel_map.native pairs must have shape (2, {kv}, P) for {kv} kernel '
+                         f'offsets, got {tuple(indice_pairs.shape)}')
+    spconv = compat.import_spconv()
+    out = spconv.functional.indice_conv(x.contiguous(), weight.permute(2, 0, 1).contiguous(), indice_pairs, counts,
+                                        kernel_map.num_out, spconv.ConvAlgo.Native)
     return out if bias is None else out + bias
 
 
@@ -164,7 +155,8 @@ class RulebookSparseConv3d(nn.Module):
     ``weight`` (Cout, kz, ky, kx, Cin) and ``bias`` (Cout,) are spconv's, so a state_dict of an spconv
     ``SubMConv3d`` (``subm=True``), ``SparseConv3d`` or ``SparseInverseConv3d`` (``inverse=True``) with the
     same arguments loads with ``strict=True`` (including ``max_num_voxels_during_training`` when
-    ``record_voxel_count=True``, updated by :func:`~fsdlite.models.layers.rulebook_conv.build_rulebook`).
+    ``record_voxel_count=True``, updated by :func:`~fsdlite.models.layers.rulebook_conv.build_rulebook` and by a
+    forward on a SparseTensor).
 
     spconv quirk kept on purpose: for 1x1x1 kernels with stride 1 spconv multiplies by ``weight.view(Cin, Cout)``
     (its weight reinterpreted, not transposed; :func:`~fsdlite.models.layers.rulebook_conv.kernel_matrices`), so
@@ -179,7 +171,8 @@ class RulebookSparseConv3d(nn.Module):
         indice_key (str, optional): rulebook sharing key (see ``build_rulebook``).
         record_voxel_count (bool): keep spconv's max-output-voxels buffer (strided convs).
 
-    Forward: ``(feats (Vin, Cin), kernel_map) -> (kernel_map.num_out, Cout)``.
+    Forward: ``SparseTensor -> SparseTensor`` (the map built and cached by the tensor), or
+    ``(feats (Vin, Cin), kernel_map) -> (kernel_map.num_out, Cout)``.
     """
 
     def __init__(self, in_channels, out_channels, kernel_size=3, stride=1, padding=0, dilation=1, bias=True,
@@ -202,6 +195,7 @@ class RulebookSparseConv3d(nn.Module):
         if record_voxel_count and not subm and not inverse:
             self.register_buffer(MAX_VOXELS_BUFFER, torch.zeros(1, dtype=torch.int32))
         self.reset_parameters()
+        self._geometry = conv_geometry(self)
 
     def reset_parameters(self):
         """Kaiming-uniform weight (fan_in = K * Cin) and uniform bias, as torch conv layers."""
@@ -221,9 +215,46 @@ class RulebookSparseConv3d(nn.Module):
         new.load_state_dict(module.state_dict(), strict=True)
         return new.to(module.weight.device)
 
-    def forward(self, feats, kernel_map, mode='auto'):
-        """(Vin, Cin) features on a :class:`KernelMap` -> (num_out, Cout) (``mode``: :func:`sparse_conv`)."""
-        return conv_module_forward(self, feats, kernel_map, mode=mode)
+    @property
+    def geometry(self):
+        """The layer's :class:`~fsdlite.models.layers.rulebook_conv.ConvGeometry` (kind, kernel, ``indice_key``),
+        read once at construction."""
+        return self._geometry
+
+    def matrices(self, weight=None):
+        """``weight`` (default: the layer's; spconv's layout) as the (K, Cin, Cout) matrices :func:`sparse_conv`
+        takes."""
+        return kernel_matrices(self.weight if weight is None else weight, self.geometry.one_by_one)
+
+    def forward(self, x, kernel_map=None, mode='auto'):
+        """Run the conv on its weights (:meth:`run`).
+
+        Args:
+            x (SparseTensor | Tensor): a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` (its kernel map
+                for this layer is built or found in its cache), or (Vin, Cin) features with ``kernel_map``.
+            kernel_map (KernelMap, optional): the map of a plain-tensor input.
+            mode (str): dense maps: see :func:`sparse_conv`.
+        Returns:
+            SparseTensor | Tensor: the output tensor on the conv's output voxels, or (num_out, Cout) features.
+        """
+        return self.run(x, self.matrices(), self.bias, kernel_map, mode)
+
+    def run(self, x, matrices, bias, kernel_map=None, mode='auto'):
+        """:meth:`forward` with given (K, Cin, Cout) ``matrices`` and (Cout,) ``bias`` (e.g. a BatchNorm folded into
+        them); the map (and its backend) comes from ``x`` or ``kernel_map``."""
+        if isinstance(x, torch.Tensor):
+            if kernel_map is None:
+                raise ValueError(f'{type(self).__name__}: a plain (Vin, Cin) tensor input needs its kernel_map; pass a '
+                                 'SparseTensor to have the map built from its coordinates')
+            return sparse_conv(x, kernel_map, matrices, bias, mode=mode)
+        if kernel_map is not None:
+            raise ValueError(f'{type(self).__name__}: kernel_map is for plain-tensor inputs; a SparseTensor input '
+                             'brings its own maps')
+        kmap, out = x.kernel_map(self.geometry)
+        buffer = getattr(self, MAX_VOXELS_BUFFER, None)
+        if buffer is not None:
+            buffer.clamp_(min=kmap.num_out)
+        return out.replace_feature(sparse_conv(x.features, kmap, matrices, bias, mode=mode))
 
     def extra_repr(self):
         """Channels, kind (subm / inverse / conv), kernel geometry and ``indice_key``."""
@@ -233,4 +264,5 @@ class RulebookSparseConv3d(nn.Module):
                 f'indice_key={self.indice_key!r}')
 
 
-__all__ = ['PAIR_TILE', 'KernelMap', 'sparse_conv', 'conv_module_forward', 'pair_capacity', 'RulebookSparseConv3d']
+__all__ = ['PAIR_TILE', 'BACKENDS', 'KernelMap', 'resolve_backend', 'sparse_conv', 'conv_module_forward',
+           'pair_capacity', 'RulebookSparseConv3d']

@@ -1,21 +1,25 @@
-"""Sparse 3D UNet (spconv's layers or fsdlite's own) whose output voxel set (and row order) equals its input.
+"""Sparse 3D UNet whose output voxel set (and row order) equals its input.
 
-A plain stack of conv blocks: the kernel maps come from :class:`~fsdlite.models.layers.conv_plan.ConvPlan`
-(:meth:`SparseUNet.conv_plan`), the convolutions from :func:`~fsdlite.models.layers.sparse_conv.sparse_conv` or spconv.
+A plain stack of conv blocks run on a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor`, which builds and
+shares the kernel maps; fixed-shape runs take padded maps from :class:`~fsdlite.models.layers.conv_plan.ConvPlan`
+(:meth:`SparseUNet.conv_plan`).  The convolutions run in :func:`~fsdlite.models.layers.sparse_conv.sparse_conv`.
 """
 import torch
 from torch import nn
 
 from fsdlite.registry import MODELS
 
-from ..layers.bn_fold import run_conv_norm_act
 from ..layers.channels import stage_channels
 from ..layers.conv_plan import ConvPlan
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
-from ..layers.rulebook_conv import kernel_matrices
-from ..layers.sparse_block import choose_conv_backend, sparse_conv_block, sparse_sequential, to_sparse_tensor
-from ..layers.sparse_conv import conv_module_forward, sparse_conv
+from ..layers.sparse_block import sparse_conv_block
+from ..layers.sparse_conv import BACKENDS, resolve_backend
+from ..layers.sparse_tensor import SparseTensor, voxel_order
 from ..layers.voxel_geometry import voxel_grid
+
+
+def _call(block, x):
+    return block(x)
 
 
 def _sum_channel_groups(features, out_channels):
@@ -57,15 +61,15 @@ class SparseUNet(nn.Module):
         decoder_channels (Sequence[Sequence[int]]): per decoder stage ``(lateral, merge, up)``; one per
             encoder stage.
         norm_cfg, act_cfg (dict | None): norm / activation after every conv.
-        conv_backend (str): how the eager forward runs the convolutions: ``'spconv'`` (spconv's rulebooks and
-            kernels, the conv layers called as modules), ``'fsdlite'`` (this library's rulebook ops and fused
-            ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop,
-            faster on the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors, in
-            training and inference; for CUDA tensors ``'spconv'`` when spconv imports and runs there, else
-            ``'fsdlite'``'s CUDA kernels). Same weights, same results up to float rounding; all train. Without
-            spconv (or with ``FSDLITE_NO_SPCONV=1``) the layers are fsdlite's own and only ``'fsdlite'`` runs them.
+        conv_backend (str): what runs the eager forward's convolutions (the kernel maps are fsdlite's in every
+            case): ``'spconv'`` (spconv's gather-GEMM-scatter kernels), ``'fsdlite'`` (the fused
+            ``fsdlite.ops.sparse_conv`` kernel and its weight-gradient kernel: no per-offset Python loop, faster on
+            the CPU, most for narrow layers) or ``'auto'`` (``'fsdlite'`` for CPU tensors; for CUDA tensors
+            ``'spconv'`` when spconv imports and runs there, else ``'fsdlite'``'s CUDA kernels):
+            :func:`~fsdlite.models.layers.sparse_conv.resolve_backend`. Same weights, same results up to float
+            rounding; all train. ``'spconv'`` raises where spconv does not import (or ``FSDLITE_NO_SPCONV=1``).
     """
-    CONV_BACKENDS = ('auto', 'spconv', 'fsdlite')
+    CONV_BACKENDS = BACKENDS
 
     def __init__(self, in_channels, voxel_size, point_range, base_channels=16,
                  encoder_channels=((16,), (32, 32), (64, 64)),
@@ -95,7 +99,7 @@ class SparseUNet(nn.Module):
                 else:
                     layers.append(sparse_conv_block('SubMConv3d', prev, c, indice_key=f'subm{s + 1}', **blk))
                 prev = c
-            self.encoder.append(sparse_sequential(*layers))
+            self.encoder.append(nn.Sequential(*layers))
         self.lateral, self.merge, self.upsample = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
         num_stages = len(self.encoder_channels)
         for j, (lat, mer, up) in enumerate(self.decoder_channels):
@@ -136,25 +140,23 @@ class SparseUNet(nn.Module):
             raise ValueError(f'voxel_feats must have shape (V, {self.in_channels}), got {tuple(voxel_feats.shape)}')
         if voxel_feats.shape[0] == 0:
             raise ValueError('SparseUNet needs at least one voxel (V >= 1); callers must handle empty batches')
-        if self.resolved_conv_backend(voxel_feats) == 'fsdlite':
-            return self._forward_fused(voxel_feats, voxel_coors)
-        x = self.conv_input(to_sparse_tensor(voxel_feats, voxel_coors, self.sparse_shape, batch_size))
-        skips = []
-        for stage in self.encoder:
-            x = stage(x)
-            skips.append(x)
-        for lateral, merge, upsample, skip in zip(self.lateral, self.merge, self.upsample, reversed(skips)):
-            lat = lateral(skip)
-            cat = lat.replace_feature(torch.cat([x.features, lat.features], 1))
-            merged = merge(cat)
-            shortcut = _sum_channel_groups(cat.features, merged.features.shape[1])
-            x = upsample(merged.replace_feature(merged.features + shortcut))
-        return x.features
+        backend, order = self.resolved_conv_backend(voxel_feats), voxel_order(voxel_coors, self.sparse_shape)
+        if order is None:
+            return self.forward_sparse(SparseTensor(voxel_feats, voxel_coors, self.sparse_shape, batch_size,
+                                                    backend=backend)).features
+        # run on the voxels sorted by (b, z, y, x) (the rulebook ops' fast paths); the sorted copy of the input is
+        # passed on without a name here, so it is freed after the first conv
+        out = self.forward_sparse(SparseTensor(voxel_feats.index_select(0, order), voxel_coors.index_select(0, order),
+                                               self.sparse_shape, batch_size, backend=backend)).features
+        return torch.empty_like(out).index_copy_(0, order, out)
 
     def resolved_conv_backend(self, voxel_feats):
         """``'spconv'`` or ``'fsdlite'``: :attr:`conv_backend` with ``'auto'`` decided for the device of
-        ``voxel_feats`` (:func:`~fsdlite.models.layers.sparse_block.choose_conv_backend`)."""
-        return choose_conv_backend(self.conv_backend, self.conv_input, voxel_feats.device)
+        ``voxel_feats`` (:func:`~fsdlite.models.layers.sparse_conv.resolve_backend`)."""
+        try:
+            return resolve_backend(self.conv_backend, voxel_feats.device)
+        except RuntimeError as exc:
+            raise RuntimeError(f"SparseUNet(conv_backend={self.conv_backend!r}): {exc}") from None
 
     def conv_blocks(self):
         """``(block, level)`` of every conv block in execution order (the order of the kernel maps)."""
@@ -180,40 +182,25 @@ class SparseUNet(nn.Module):
         if len(kernel_maps) != expected:
             raise ValueError(f'SparseUNet: expected {expected} kernel maps (one per conv), got {len(kernel_maps)}')
         maps = iter(kernel_maps)
+        return self.forward_sparse(voxel_feats, lambda block, x: block(x, next(maps)))
 
-        def conv(layers, x):
-            return conv_module_forward(layers[0], x, next(maps)), 1
+    def forward_sparse(self, x, run=None):
+        """The UNet on a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` of ``in_channels`` features ->
+        the tensor of ``out_channels`` features on the same voxels (rows in the same order).
 
-        return self._run_convs(voxel_feats, conv)
+        Args:
+            x: the input, also any sparse tensor with ``features`` and ``replace_feature``, or (rows, C) features
+                with a ``run`` that brings the maps.
+            run (callable, optional): ``run(block, x)`` runs one conv block (default: calls it on ``x``).
+        """
+        run = run or _call
+        def feats(t):
+            return t if isinstance(t, torch.Tensor) else t.features
 
-    def _forward_fused(self, voxel_feats, voxel_coors):
-        """Eager forward on exact kernel maps and fsdlite's fused kernels (``conv_backend='fsdlite'``); voxels are
-        run sorted by ``(b, z, y, x)`` and the rows put back in the caller's order."""
-        plan = self.conv_plan()
-        maps, order = plan.sorted_kernel_maps(voxel_coors)
-        steps = iter(zip(maps, plan.geometries))
+        def with_feats(t, f):
+            return f if isinstance(t, torch.Tensor) else t.replace_feature(f)
 
-        def conv(layers, x):  # an eval-mode BatchNorm after the conv is folded into it when no gradient is needed
-            kmap, geometry = next(steps)
-            return run_conv_norm_act(layers, x, lambda x, w, b: sparse_conv(x, kmap, w, b),
-                                     lambda w: kernel_matrices(w, geometry.one_by_one), geometry.one_by_one)
-
-        if order is None:
-            return self._run_convs(voxel_feats, conv)
-        out = self._run_convs(voxel_feats.index_select(0, order), conv)
-        return torch.empty_like(out).index_copy_(0, order, out)
-
-    def _run_convs(self, voxel_feats, conv):
-        """The UNet on plain (rows, C) tensors; ``conv(layers, x)`` runs the first ``n >= 1`` layers of every block
-        (``layers``: the block's modules, the conv first) and returns ``(output, n)``."""
-        def run(block, x):
-            layers = list(block.children())  # (indexing a spconv SparseSequential walks it)
-            x, done = conv(layers, x)
-            for module in layers[done:]:
-                x = module(x)
-            return x
-
-        x = run(self.conv_input, voxel_feats)
+        x = run(self.conv_input, x)
         skips = []
         for stage in self.encoder:
             for block in stage:
@@ -221,9 +208,9 @@ class SparseUNet(nn.Module):
             skips.append(x)
         for lateral, merge, upsample, skip in zip(self.lateral, self.merge, self.upsample, reversed(skips)):
             lat = run(lateral, skip)
-            cat = torch.cat([x, lat], 1)
-            merged = run(merge, cat)
-            x = run(upsample, merged + _sum_channel_groups(cat, merged.shape[1]))
+            cat = torch.cat([feats(x), feats(lat)], 1)
+            merged = run(merge, with_feats(lat, cat))
+            x = run(upsample, with_feats(merged, feats(merged) + _sum_channel_groups(cat, feats(merged).shape[1])))
         return x
 
 
