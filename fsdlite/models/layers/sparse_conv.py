@@ -105,12 +105,17 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
     cin = weight.shape[1]
     if x.dim() != 2 or x.shape[1] != cin:
         raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
-    out = _dense_conv(x, kernel_map.nbr, weight, mode) if kernel_map.layout == 'dense' else _tiled_conv(
-        x, kernel_map, weight)
-    return out if bias is None else out + bias
+    if kernel_map.layout == 'dense':
+        return _dense_conv(x, kernel_map.nbr, weight, bias, mode)
+    return _tiled_conv(x, kernel_map, weight, bias)
 
 
-def _tiled_conv(x, kernel_map, weight):
+def _output_rows(x, rows, cout, bias):
+    """(rows, Cout) buffer the products are added into: the bias on every row (no separate pass), or zeros."""
+    return x.new_zeros(rows, cout) if bias is None else bias.expand(rows, cout).contiguous()
+
+
+def _tiled_conv(x, kernel_map, weight, bias):
     cin, cout = weight.shape[1], weight.shape[2]
     pairs, num_out, num_tiles = kernel_map.pairs, kernel_map.num_out, kernel_map.tile_offsets.shape[0]
     check_index('sparse_conv: kernel_map.pairs[0] (input rows)', pairs[0], 0, x.shape[0] + 1)
@@ -118,10 +123,10 @@ def _tiled_conv(x, kernel_map, weight):
     check_index('sparse_conv: kernel_map.tile_offsets', kernel_map.tile_offsets, 0, weight.shape[0])
     gathered = with_dump_row(x).index_select(0, pairs[0]).view(num_tiles, -1, cin)
     z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets)).view(-1, cout)
-    return x.new_zeros(num_out + 1, cout).index_add(0, pairs[1], z)[:num_out]
+    return _output_rows(x, num_out + 1, cout, bias).index_add(0, pairs[1], z)[:num_out]
 
 
-def _dense_conv(x, nbr, weight, mode):
+def _dense_conv(x, nbr, weight, bias, mode):
     kv, cin, cout = weight.shape
     if nbr.dim() != 2 or nbr.shape[1] != kv:
         raise ValueError(f'sparse_conv: kernel_map.nbr must have shape (Vout, {kv}) for {kv} kernel offsets, got '
@@ -134,8 +139,10 @@ def _dense_conv(x, nbr, weight, mode):
     if mode == 'auto':
         mode = 'matmul' if vout * kv * cin * x.element_size() <= 64 * 2 ** 20 else 'loop'
     if mode == 'matmul':
-        return padded.index_select(0, nbr.reshape(-1)).view(vout, kv * cin) @ weight.reshape(kv * cin, cout)
-    out = x.new_zeros(vout, cout)
+        gathered = padded.index_select(0, nbr.reshape(-1)).view(vout, kv * cin)
+        matrix = weight.reshape(kv * cin, cout)
+        return gathered @ matrix if bias is None else torch.addmm(bias, gathered, matrix)
+    out = _output_rows(x, vout, cout, bias)
     for k in range(kv):
         out = out + padded.index_select(0, nbr[:, k]) @ weight[k]
     return out
