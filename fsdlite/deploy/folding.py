@@ -7,7 +7,9 @@ would be a ``BatchNormalization`` node of its own after the conv's scatter, wher
 :func:`fold_batch_norms` rewrites a deep copy of the graph module instead: every BatchNorm that directly follows a
 ``nn.Linear`` or a sparse conv (spconv's or ``RulebookSparseConv3d``) in a sequential container
 (``LinearNormAct``, the sparse conv blocks) is folded into that layer's weight and bias and replaced by
-``nn.Identity``.  The model the adapter holds (the PyTorch side of every comparison) is left as it is.
+``nn.Identity``; in-place activations of the copy run out of place (in place, on a view of a padded buffer, they
+would be exported as a write back into the buffer).  The model the adapter holds (the PyTorch side of every
+comparison) is left as it is.
 """
 import copy
 from typing import NamedTuple
@@ -85,6 +87,9 @@ def fold_batch_norms(module):
             _fold_into(layer, *affine)
             folded.append(names[id(norm)])
             parent._modules[name] = nn.Identity()
+    for m in folded_copy.modules():  # an in-place activation on a conv's output, a slice of its padded buffer, would
+        if getattr(m, 'inplace', False) is True:  # be exported as a slice_scatter back into the buffer (a copy)
+            m.inplace = False
     return FoldedModule(folded_copy, folded)
 
 

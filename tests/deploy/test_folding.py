@@ -45,7 +45,7 @@ def test_linear_with_bias_and_gathered_concat(randomize_norms):
 def test_sparse_conv_block_folds_into_the_conv_weight(kernel_size, randomize_norms):
     torch.manual_seed(2)
     block = randomize_norms(nn.Sequential(RulebookSparseConv3d(3, 6, kernel_size, subm=True, bias=False),
-                                          nn.BatchNorm1d(6, eps=1e-3), nn.ReLU()), 3).eval()
+                                          nn.BatchNorm1d(6, eps=1e-3), nn.ReLU(inplace=True)), 3).eval()
     coors = torch.unique(torch.cat([torch.zeros(60, 1, dtype=torch.long), torch.randint(0, 5, (60, 3))], 1), dim=0)
     kmap = KernelMap.exact(subm_offset_pairs(coors, (5, 5, 5), (kernel_size,) * 3, (1, 1, 1)), len(coors),
                            len(coors))
@@ -60,6 +60,7 @@ def test_sparse_conv_block_folds_into_the_conv_weight(kernel_size, randomize_nor
     folded = fold_batch_norms(block)
     assert folded.folded == ['1'] and isinstance(folded.module[1], nn.Identity)
     assert folded.module[0].bias is not None and block[0].bias is None
+    assert not folded.module[2].inplace and block[2].inplace  # no in-place write into a slice of the conv's buffer
     with torch.no_grad():
         assert torch.allclose(run(folded.module), run(block), atol=1e-5)
 
