@@ -9,7 +9,7 @@ A kernel map lists the (input row, output row) pairs of one sparse convolution g
   backward).
 * **tiled** -- padded to a capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
   (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``). Run as a
-  gather-GEMM-scatter of standard ops (Gather / MatMul / ScatterND(add), static shapes).
+  gather-GEMM-scatter of standard ops (Gather / MatMul / ScatterND(add), static shapes), in chunks of tiles.
 * **dense** -- padded to one slot per output row and offset: ``nbr`` (Vout, K) holds the input row of each (the
   output row is implicit), ``num_in`` where there is none (spconv's rulebooks as padded index tensors). Run as a
   gather-GEMM of standard ops.
@@ -32,6 +32,7 @@ from .rulebook_conv import MAX_VOXELS_BUFFER, conv_geometry, kernel_matrices
 from .static_ops import check_index
 
 PAIR_TILE = 128  #: rows per tile of a tiled map (one kernel offset each); larger tiles copy fewer weights
+CHUNK_BYTES = 2 ** 20  #: gathered input rows a tiled conv handles per chunk (:func:`chunk_tiles`)
 DENSE_MODES = ('auto', 'matmul', 'loop')
 
 
@@ -115,15 +116,32 @@ def _output_rows(x, rows, cout, bias):
     return x.new_zeros(rows, cout) if bias is None else bias.expand(rows, cout).contiguous()
 
 
+def chunk_tiles(cin, tile, element_size=4):
+    """Tiles per chunk of a tiled conv with ``cin`` input channels: about :data:`CHUNK_BYTES` of gathered input
+    rows, at least one tile."""
+    return max(1, CHUNK_BYTES // (int(cin) * int(tile) * int(element_size)))
+
+
 def _tiled_conv(x, kernel_map, weight, bias):
+    """Gather-GEMM-scatter over the tiles, a chunk of :func:`chunk_tiles` tiles at a time: each chunk's gathered
+    rows, products and weights stay small enough to be in cache when the next op reads them (the graph runs op
+    by op, so one pass over all P rows would write and read every intermediate through memory)."""
     cin, cout = weight.shape[1], weight.shape[2]
     pairs, num_out, num_tiles = kernel_map.pairs, kernel_map.num_out, kernel_map.tile_offsets.shape[0]
     check_index('sparse_conv: kernel_map.pairs[0] (input rows)', pairs[0], 0, x.shape[0] + 1)
     check_index('sparse_conv: kernel_map.pairs[1] (output rows)', pairs[1], 0, num_out + 1)
     check_index('sparse_conv: kernel_map.tile_offsets', kernel_map.tile_offsets, 0, weight.shape[0])
-    gathered = with_dump_row(x).index_select(0, pairs[0]).view(num_tiles, -1, cin)
-    z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets)).view(-1, cout)
-    return _output_rows(x, num_out + 1, cout, bias).index_add(0, pairs[1], z)[:num_out]
+    tile = pairs.shape[1] // num_tiles if num_tiles else 1
+    per_chunk = chunk_tiles(cin, tile, x.element_size())
+    padded = with_dump_row(x)
+    out = _output_rows(x, num_out + 1, cout, bias)
+    for first in range(0, num_tiles, per_chunk):
+        last = min(num_tiles, first + per_chunk)
+        rows = slice(first * tile, last * tile)
+        gathered = padded.index_select(0, pairs[0, rows]).view(last - first, tile, cin)
+        z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets[first:last])).view(-1, cout)
+        out = out.index_add(0, pairs[1, rows], z)
+    return out[:num_out]
 
 
 def _dense_conv(x, nbr, weight, bias, mode):
@@ -240,4 +258,5 @@ class RulebookSparseConv3d(nn.Module):
                 f'indice_key={self.indice_key!r}')
 
 
-__all__ = ['PAIR_TILE', 'KernelMap', 'sparse_conv', 'conv_module_forward', 'pair_capacity', 'RulebookSparseConv3d']
+__all__ = ['PAIR_TILE', 'CHUNK_BYTES', 'KernelMap', 'sparse_conv', 'chunk_tiles', 'conv_module_forward',
+           'pair_capacity', 'RulebookSparseConv3d']
