@@ -69,6 +69,25 @@ def gpu():
     return torch.device(os.environ.get(GPU_DEVICE_ENV, 'cuda'))
 
 
+def _randomize_norms(module, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.running_mean.normal_(0, 0.5, generator=g)
+                m.running_var.uniform_(0.3, 3.0, generator=g)
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.normal_(0, 0.3, generator=g)
+    return module
+
+
+@pytest.fixture(scope='session')
+def randomize_norms():
+    """``randomize_norms(module, seed) -> module``: every BatchNorm in it gets seeded random running statistics and
+    affine parameters (in place), so that folding or skipping a norm changes the output."""
+    return _randomize_norms
+
+
 class _Sink(logging.Handler):
     def __init__(self):
         super().__init__(level=logging.WARNING)

@@ -2,6 +2,8 @@
 
 * :func:`~fsdlite.deploy.exporter.export_model` writes a deploy folder (model.onnx, deploy.json, config.py,
   report.md); ``deploy/export_onnx.py`` is its command line;
+* :func:`~fsdlite.deploy.folding.fold_batch_norms`: the exporter folds eval-mode BatchNorms into the linear maps
+  and sparse convs before them, in a copy of the graph module;
 * :class:`~fsdlite.deploy.runtime.DeployedModel` chains pre-ops -> ONNX Runtime -> post-ops in one call;
 * :mod:`~fsdlite.deploy.tiers`: optional capacity tiers, extra fixed-shape graphs at smaller pre-op bounds, the
   runtime running each input on the smallest that holds it;

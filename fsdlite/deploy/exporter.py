@@ -16,6 +16,7 @@ from ..structures.bounds import scale_bounds
 from .adapter import adapter_class
 from .bounds_io import load_bounds_file
 from .decisions import explain_graph
+from .folding import fold_batch_norms
 from .graph_checks import check_graph
 from .onnx_io import DEFAULT_OPSET, OrtGraph, export_graph
 from .tiers import check_tier_scales
@@ -129,12 +130,13 @@ def prepare(config, checkpoint, bounds_file=None, cfg_options=None, batch_size=1
 
 
 def export_graph_checked(adapter, example, path, opset=DEFAULT_OPSET, verbose=False):
-    """Export ``adapter``'s graph module traced on ``example`` (PreOpsResult) to ``path``, check it and, when it
-    is deployable, compare ONNX Runtime with PyTorch on the example: ``(seconds, summary, diffs, outputs)``, the
+    """Export ``adapter``'s graph module traced on ``example`` (PreOpsResult) to ``path`` with its BatchNorms folded
+    (:func:`~fsdlite.deploy.folding.fold_batch_norms`), check it and, when it is deployable, compare ONNX Runtime
+    with PyTorch (the unfolded module) on the example: ``(seconds, summary, diffs, outputs)``, the
     last the ONNX Runtime outputs on the example (None when the graph is not deployable)."""
-    with adapter.export_context():
-        seconds = export_graph(adapter.graph_module(), tuple(example.inputs.values()), path, list(example.inputs),
-                               list(adapter.output_meanings()), opset, verbose)
+    with adapter.export_context():  # BatchNorms folded into the layers before them, in a copy of the module
+        seconds = export_graph(fold_batch_norms(adapter.graph_module()).module, tuple(example.inputs.values()), path,
+                               list(example.inputs), list(adapter.output_meanings()), opset, verbose)
     summary = check_graph(path)
     diffs, deployed = [], None
     if summary.ok:

@@ -63,6 +63,9 @@ class OrtGraph:
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads)
         options.inter_op_num_threads = 1
+        # every graph-level fusion ORT has (Gemm + activation, LayerNormalization, Gelu, ...), nodes run in order
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         # Idle intra-op workers would otherwise spin for a while after each run and take the cores from the
         # host pre-/post-ops that run between graph calls (docs/benchmarks.md has the measurement).
         options.add_session_config_entry('session.intra_op.allow_spinning', '0')

@@ -37,6 +37,7 @@ def test_fsd_export_writes_a_deployable_folder(fsd_export):
     pair_inputs = [e for e in info['inputs'] if e['name'].startswith('nbr_')]  # the UNet runs on pair lists
     assert len(info['bounds']['max_pairs']) == 5 and all(e['shape'][0] == 3 for e in pair_inputs)
     assert info['dropped_names'][-1] == 'max_boxes'
+    assert 'BatchNormalization' not in info['graph']['op_counts']  # folded into the layers at export
     assert any('NMS' in t for t in info['outside_graph']['post_ops'])
     report = (fsd_export.out_dir / 'report.md').read_text()
     assert 'deployable: yes' in report and '| seg_logits |' in report

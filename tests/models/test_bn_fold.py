@@ -8,21 +8,9 @@ from fsdlite.models.layers.bn_fold import batch_norm_affine, fold_batch_norm, la
 from fsdlite.models.layers.mlp import LinearNormAct
 
 
-def _randomize_norms(module, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                m.running_mean.normal_(0, 0.5, generator=g)
-                m.running_var.uniform_(0.3, 3.0, generator=g)
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.3, generator=g)
-    return module
-
-
-def _layer(seed=0, **kwargs):
+def _layer(randomize_norms, seed=0, **kwargs):
     torch.manual_seed(seed)
-    return _randomize_norms(LinearNormAct(7, 5, **kwargs), seed).eval()
+    return randomize_norms(LinearNormAct(7, 5, **kwargs), seed).eval()
 
 
 def _norm_calls(layer):
@@ -31,8 +19,8 @@ def _norm_calls(layer):
     return calls
 
 
-def test_batch_norm_affine_is_the_eval_norm():
-    norm = _randomize_norms(nn.BatchNorm1d(6, eps=1e-3), 1).eval()
+def test_batch_norm_affine_is_the_eval_norm(randomize_norms):
+    norm = randomize_norms(nn.BatchNorm1d(6, eps=1e-3), 1).eval()
     y = torch.randn(20, 6)
     scale, shift = batch_norm_affine(norm)
     assert torch.allclose(y * scale + shift, norm(y), atol=1e-6)
@@ -41,8 +29,8 @@ def test_batch_norm_affine_is_the_eval_norm():
     assert batch_norm_affine(nn.LayerNorm(6)) is None
 
 
-def test_linear_norm_act_folds_only_without_gradients():
-    layer = _layer()
+def test_linear_norm_act_folds_only_without_gradients(randomize_norms):
+    layer = _layer(randomize_norms)
     calls = _norm_calls(layer)
     x = torch.randn(30, 7)
     expected = layer(x)  # gradients enabled: unfolded
@@ -62,16 +50,16 @@ def test_linear_norm_act_folds_only_without_gradients():
 
 
 @pytest.mark.parametrize('norm_cfg', [dict(type='LN'), None])
-def test_other_norms_are_not_folded(norm_cfg):
-    layer = _layer(norm_cfg=norm_cfg)
+def test_other_norms_are_not_folded(norm_cfg, randomize_norms):
+    layer = _layer(randomize_norms, norm_cfg=norm_cfg)
     x = torch.randn(12, 7)
     with torch.no_grad():
         assert fold_batch_norm(layer.norm, layer.linear.weight, layer.linear.bias, torch.t, 'linear') is None
         assert torch.equal(layer(x), nn.Sequential.forward(layer, x))
 
 
-def test_gathered_concat_folds_like_the_concatenation():
-    layer = _layer(2)
+def test_gathered_concat_folds_like_the_concatenation(randomize_norms):
+    layer = _layer(randomize_norms, 2)
     x, group = torch.randn(40, 4), torch.randn(6, 3)
     index = torch.randint(0, 6, (40,))
     expected = layer(torch.cat([x, group[index]], 1))
@@ -80,8 +68,8 @@ def test_gathered_concat_folds_like_the_concatenation():
     assert torch.allclose(out, expected, atol=1e-5)
 
 
-def test_folded_weights_follow_every_change():
-    layer = _layer(3)
+def test_folded_weights_follow_every_change(randomize_norms):
+    layer = _layer(randomize_norms, 3)
     x = torch.randn(25, 7)
     with torch.no_grad():
         layer(x)  # builds the cache
@@ -90,7 +78,7 @@ def test_folded_weights_follow_every_change():
         with layer_by_layer():
             expected = layer(x)
         assert torch.allclose(layer(x), expected, atol=1e-5)
-        other = _layer(4)
+        other = _layer(randomize_norms, 4)
         layer.load_state_dict(other.state_dict())  # load_state_dict copies in place
         assert torch.allclose(layer(x), nn.Sequential.forward(other, x), atol=1e-5)
         layer.double()                            # new storage and dtype
@@ -100,12 +88,12 @@ def test_folded_weights_follow_every_change():
         assert folded.dtype == torch.float64 and torch.allclose(folded, expected, atol=1e-12)
 
 
-def test_sparse_unet_fused_path_folds_its_norms():
+def test_sparse_unet_fused_path_folds_its_norms(randomize_norms):
     torch.manual_seed(0)
-    net = _randomize_norms(SparseUNet(5, voxel_size=(1.0, 1.0, 1.0), point_range=(0.0, 0.0, 0.0, 12.0, 12.0, 8.0),
-                                      base_channels=4, encoder_channels=((4,), (8, 8), (8,)),
-                                      decoder_channels=((8, 8, 8), (8, 8, 4), (4, 4, 6)), conv_backend='fsdlite'),
-                           5).eval()
+    net = randomize_norms(SparseUNet(5, voxel_size=(1.0, 1.0, 1.0), point_range=(0.0, 0.0, 0.0, 12.0, 12.0, 8.0),
+                                     base_channels=4, encoder_channels=((4,), (8, 8), (8,)),
+                                     decoder_channels=((8, 8, 8), (8, 8, 4), (4, 4, 6)), conv_backend='fsdlite'),
+                          5).eval()
     g = torch.Generator().manual_seed(0)
     keys = torch.randperm(8 * 12 * 12, generator=g)[:70]
     coors = torch.stack([torch.zeros_like(keys), keys // 144, (keys // 12) % 12, keys % 12], 1)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.lidar import SparseUNet
+from fsdlite.models.layers import sparse_conv as sparse_conv_module
 from fsdlite.models.layers.pair_conv import pairs_from_nbr, traced_pairs
 from fsdlite.models.layers.rulebook_conv import build_rulebook, kernel_matrices
 from fsdlite.models.layers.sparse_conv import PAIR_TILE, KernelMap, RulebookSparseConv3d, pair_capacity, sparse_conv
@@ -105,6 +106,21 @@ def test_matches_the_neighbour_map_conv_float64(one_by_one):
     pl = pairs_from_nbr(nbr, 90, int((nbr < 90).sum()) + 17)
     got = pair_conv(feats, pl.pairs, weight, 70, bias, one_by_one=one_by_one)
     expected = sparse_conv(feats, KernelMap.dense(nbr, 90), kernel_matrices(weight, one_by_one), bias)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('chunk_bytes', [1, 3 * 5 * 8 * 8, 2 ** 30])  # 1 tile, 3 (the last chunk short), all
+def test_chunks_of_tiles_give_the_same_conv(chunk_bytes, monkeypatch):
+    """The tiled conv runs its tiles in chunks (layers.sparse_conv.chunk_tiles); any chunk size, the same result."""
+    monkeypatch.setattr(sparse_conv_module, 'CHUNK_BYTES', chunk_bytes)
+    nbr = random_map(70, 90, 27, 0.3, seed=3)
+    g = torch.Generator().manual_seed(4)
+    feats = torch.randn(90, 5, generator=g, dtype=torch.float64)
+    weight = torch.randn(7, 3, 3, 3, 5, generator=g, dtype=torch.float64)
+    pl = pairs_from_nbr(nbr, 90, int((nbr < 90).sum()), tile=8)
+    assert sparse_conv_module.chunk_tiles(5, 8, 8) == max(1, chunk_bytes // (5 * 8 * 8))
+    got = pair_conv(feats, pl.pairs, weight, 70, tile=8)
+    expected = sparse_conv(feats, KernelMap.dense(nbr, 90), kernel_matrices(weight))
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 

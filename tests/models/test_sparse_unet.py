@@ -74,6 +74,15 @@ def test_stage_layout_from_config():
     assert net.sparse_shape == (8, 12, 12)
 
 
+def test_conv_plan_is_kept_until_a_conv_is_replaced():
+    net = SparseUNet(5, **GRID, **SMALL)
+    plan = net.conv_plan()
+    assert net.conv_plan() is plan and plan.modules[0] is net.conv_input[0]
+    replacement = RulebookSparseConv3d(5, 4, 3, subm=True, indice_key='subm1')
+    net.conv_input._modules['0'] = replacement  # e.g. a slimmed or converted layer: a new plan reads its geometry
+    assert net.conv_plan() is not plan and net.conv_plan().modules[0] is replacement
+
+
 @pytest.mark.parametrize('kwargs, match', [
     (dict(decoder_channels=((8, 8, 8),)), 'one \\(lateral, merge, up\\) entry per encoder stage'),
     (dict(decoder_channels=((8, 8), (8, 8), (4, 4))), r'decoder_channels\[0\] must have 3 entries'),

@@ -8,7 +8,7 @@ convolution grouped by kernel offset, in one of three layouts, each with its bac
   gather-GEMM-scatter kernels when the map carries spconv's form of its pairs (``KernelMap.on_spconv``; the
   backend a map is built for: :func:`resolve_backend`);
 * **tiled** -- padded to a capacity in tiles of one kernel offset each: run as a gather-GEMM-scatter of standard
-  ops (Gather / MatMul / ScatterND(add), static shapes);
+  ops (Gather / MatMul / ScatterND(add), static shapes), in chunks of tiles;
 * **dense** -- one slot per output row and offset (spconv's rulebooks as padded index tensors): run as a
   gather-GEMM of standard ops.
 
@@ -30,6 +30,7 @@ from fsdlite.utils import compat
 from .rulebook_conv import MAX_VOXELS_BUFFER, conv_geometry, kernel_matrices
 from .static_ops import check_index
 
+CHUNK_BYTES = 2 ** 20  #: gathered input rows a tiled conv handles per chunk (:func:`chunk_tiles`)
 DENSE_MODES = ('auto', 'matmul', 'loop')
 BACKENDS = ('auto', 'fsdlite', 'spconv')  #: what runs exact maps (see :func:`resolve_backend`)
 
@@ -80,9 +81,9 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
     cin = weight.shape[1]
     if x.dim() != 2 or x.shape[1] != cin:
         raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
-    out = _dense_conv(x, kernel_map.nbr, weight, mode) if kernel_map.layout == 'dense' else _tiled_conv(
-        x, kernel_map, weight)
-    return out if bias is None else out + bias
+    if kernel_map.layout == 'dense':
+        return _dense_conv(x, kernel_map.nbr, weight, bias, mode)
+    return _tiled_conv(x, kernel_map, weight, bias)
 
 
 def _spconv_conv(x, kernel_map, weight, bias):
@@ -101,18 +102,40 @@ def _spconv_conv(x, kernel_map, weight, bias):
     return out if bias is None else out + bias
 
 
-def _tiled_conv(x, kernel_map, weight):
+def _output_rows(x, rows, cout, bias):
+    """(rows, Cout) buffer the products are added into: the bias on every row (no separate pass), or zeros."""
+    return x.new_zeros(rows, cout) if bias is None else bias.expand(rows, cout).contiguous()
+
+
+def chunk_tiles(cin, tile, element_size=4):
+    """Tiles per chunk of a tiled conv with ``cin`` input channels: about :data:`CHUNK_BYTES` of gathered input
+    rows, at least one tile."""
+    return max(1, CHUNK_BYTES // (int(cin) * int(tile) * int(element_size)))
+
+
+def _tiled_conv(x, kernel_map, weight, bias):
+    """Gather-GEMM-scatter over the tiles, a chunk of :func:`chunk_tiles` tiles at a time: each chunk's gathered
+    rows, products and weights stay small enough to be in cache when the next op reads them (the graph runs op
+    by op, so one pass over all P rows would write and read every intermediate through memory)."""
     cin, cout = weight.shape[1], weight.shape[2]
     pairs, num_out, num_tiles = kernel_map.pairs, kernel_map.num_out, kernel_map.tile_offsets.shape[0]
     check_index('sparse_conv: kernel_map.pairs[0] (input rows)', pairs[0], 0, x.shape[0] + 1)
     check_index('sparse_conv: kernel_map.pairs[1] (output rows)', pairs[1], 0, num_out + 1)
     check_index('sparse_conv: kernel_map.tile_offsets', kernel_map.tile_offsets, 0, weight.shape[0])
-    gathered = with_dump_row(x).index_select(0, pairs[0]).view(num_tiles, -1, cin)
-    z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets)).view(-1, cout)
-    return x.new_zeros(num_out + 1, cout).index_add(0, pairs[1], z)[:num_out]
+    tile = pairs.shape[1] // num_tiles if num_tiles else 1
+    per_chunk = chunk_tiles(cin, tile, x.element_size())
+    padded = with_dump_row(x)
+    out = _output_rows(x, num_out + 1, cout, bias)
+    for first in range(0, num_tiles, per_chunk):
+        last = min(num_tiles, first + per_chunk)
+        rows = slice(first * tile, last * tile)
+        gathered = padded.index_select(0, pairs[0, rows]).view(last - first, tile, cin)
+        z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets[first:last])).view(-1, cout)
+        out = out.index_add(0, pairs[1, rows], z)
+    return out[:num_out]
 
 
-def _dense_conv(x, nbr, weight, mode):
+def _dense_conv(x, nbr, weight, bias, mode):
     kv, cin, cout = weight.shape
     if nbr.dim() != 2 or nbr.shape[1] != kv:
         raise ValueError(f'sparse_conv: kernel_map.nbr must have shape (Vout, {kv}) for {kv} kernel offsets, got '
@@ -125,8 +148,10 @@ def _dense_conv(x, nbr, weight, mode):
     if mode == 'auto':
         mode = 'matmul' if vout * kv * cin * x.element_size() <= 64 * 2 ** 20 else 'loop'
     if mode == 'matmul':
-        return padded.index_select(0, nbr.reshape(-1)).view(vout, kv * cin) @ weight.reshape(kv * cin, cout)
-    out = x.new_zeros(vout, cout)
+        gathered = padded.index_select(0, nbr.reshape(-1)).view(vout, kv * cin)
+        matrix = weight.reshape(kv * cin, cout)
+        return gathered @ matrix if bias is None else torch.addmm(bias, gathered, matrix)
+    out = _output_rows(x, vout, cout, bias)
     for k in range(kv):
         out = out + padded.index_select(0, nbr[:, k]) @ weight[k]
     return out
@@ -264,5 +289,5 @@ class RulebookSparseConv3d(nn.Module):
                 f'indice_key={self.indice_key!r}')
 
 
-__all__ = ['PAIR_TILE', 'BACKENDS', 'KernelMap', 'resolve_backend', 'sparse_conv', 'conv_module_forward',
-           'pair_capacity', 'RulebookSparseConv3d']
+__all__ = ['PAIR_TILE', 'BACKENDS', 'CHUNK_BYTES', 'KernelMap', 'resolve_backend', 'sparse_conv', 'chunk_tiles',
+           'conv_module_forward', 'pair_capacity', 'RulebookSparseConv3d']

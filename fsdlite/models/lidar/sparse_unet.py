@@ -17,6 +17,8 @@ from ..layers.sparse_conv import BACKENDS, resolve_backend
 from ..layers.sparse_tensor import SparseTensor, voxel_order
 from ..layers.voxel_geometry import voxel_grid
 
+_PLAN_ATTR = '_fsdlite_conv_plan'  # (conv module ids and levels, ConvPlan) of the last conv_plan() call
+
 
 def _call(block, x):
     return block(x)
@@ -172,9 +174,18 @@ class SparseUNet(nn.Module):
             yield upsample, s
 
     def conv_plan(self):
-        """The :class:`~fsdlite.models.layers.conv_plan.ConvPlan` of this UNet's convs (builds its kernel maps)."""
-        return ConvPlan([(block[0], level) for block, level in self.conv_blocks()], self.sparse_shape,
-                        len(self.encoder))
+        """The :class:`~fsdlite.models.layers.conv_plan.ConvPlan` of this UNet's convs (builds its kernel maps).
+
+        Built once and kept while the conv modules stay the same objects (a module replaced, e.g. by slimming,
+        builds a new plan): reading every conv's geometry is Python work each forward and pre-op would repeat.
+        """
+        blocks = [(block[0], level) for block, level in self.conv_blocks()]
+        key = tuple((id(conv), level) for conv, level in blocks)
+        cached = self.__dict__.get(_PLAN_ATTR)
+        if cached is None or cached[0] != key:
+            cached = (key, ConvPlan(blocks, self.sparse_shape, len(self.encoder)))
+            self.__dict__[_PLAN_ATTR] = cached
+        return cached[1]
 
     def _forward_maps(self, voxel_feats, kernel_maps):
         """Fixed-shape forward over given maps (see :meth:`forward`)."""
