@@ -6,7 +6,7 @@ from torch import nn
 
 from fsdlite.deploy.folding import fold_batch_norms
 from fsdlite.models.layers.mlp import LinearNormAct, build_mlp
-from fsdlite.models.layers.sparse_conv import KernelMap, RulebookSparseConv3d, conv_module_forward
+from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d, conv_module_forward
 from fsdlite.ops import subm_offset_pairs
 
 
@@ -47,8 +47,7 @@ def test_sparse_conv_block_folds_into_the_conv_weight(kernel_size, randomize_nor
     block = randomize_norms(nn.Sequential(RulebookSparseConv3d(3, 6, kernel_size, subm=True, bias=False),
                                           nn.BatchNorm1d(6, eps=1e-3), nn.ReLU(inplace=True)), 3).eval()
     coors = torch.unique(torch.cat([torch.zeros(60, 1, dtype=torch.long), torch.randint(0, 5, (60, 3))], 1), dim=0)
-    kmap = KernelMap.exact(subm_offset_pairs(coors, (5, 5, 5), (kernel_size,) * 3, (1, 1, 1)), len(coors),
-                           len(coors))
+    kmap = subm_offset_pairs(coors, (5, 5, 5), (kernel_size,) * 3, (1, 1, 1))
     x = torch.randn(len(coors), 3)
 
     def run(seq):
