@@ -4,7 +4,6 @@ import torch
 
 from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d
-from fsdlite.models.layers.sparse_tensor import SparseTensor
 from fsdlite.ops import voxel_keys
 from fsdlite.utils import compat
 

@@ -9,7 +9,6 @@ same plus ``[vote offset / 10, one-hot class]``; an indicator column marks virtu
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from mmengine.model import BaseModule
 
 from ...registry import MODELS

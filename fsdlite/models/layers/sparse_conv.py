@@ -89,7 +89,7 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
 def _spconv_conv(x, kernel_map, weight, bias):
     """spconv's native gather-GEMM-scatter (its autograd function) on the map's pairs; spconv's weight layout
     (Cout, K, Cin) is the matrices' transpose."""
-    kv, cin, cout = weight.shape
+    kv, cin, _ = weight.shape
     if x.dim() != 2 or x.shape[1] != cin:
         raise ValueError(f'sparse_conv: x must have shape (Vin, {cin}), got {tuple(x.shape)}')
     indice_pairs, counts = kernel_map.native

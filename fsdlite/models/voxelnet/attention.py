@@ -9,7 +9,6 @@ as fast as splitting v into C/A heads that share q and k.
 """
 import math
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
