@@ -2,7 +2,7 @@
 """Measure the fixed-shape bounds of an FSD-lite / FSDv2-lite config on a dataset and print a config snippet.
 
 Runs the **dynamic** model's data path frame by frame (one frame per forward, as deployed) and records what the
-static mode would need (``model.measure_bounds``: points, voxels per UNet level as spconv's
+static mode would need (``fsdlite.deploy.bound_measure.measure_bounds``: points, voxels per UNet level as spconv's
 ``record_voxel_count`` does, foreground points per class, clusters and label-propagation iterations /
 virtual voxels per mixer level, boxes before NMS), then prints the maxima and ``bounds = dict(...)`` scaled by
 ``--margin``::
@@ -26,7 +26,7 @@ from mmengine.utils import ProgressBar
 from fsdlite.datasets.from_config import config_batches
 from fsdlite.engine.errors import ToolError
 from fsdlite.engine.tool_setup import CfgOptionsAction, load_config, load_weights, number, out_file
-from fsdlite.models.fsd.static import PRE_OP_BOUNDS
+from fsdlite.deploy.bound_measure import bounds_with_margin, measure_bounds
 from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import merge_max
 from fsdlite.utils.compat import CheckpointLoadError
@@ -56,14 +56,14 @@ def build_model(cfg, checkpoint):
     model_cfg.pop('bounds', None)
     torch.manual_seed(0)
     model = MODELS.build(model_cfg)
-    if not hasattr(model, 'measure_bounds'):
+    if not hasattr(model, 'bound_schema'):
         raise ToolError(f'{type(model).__name__} has no fixed-shape bounds (expected FSDLite or FSDv2Lite)')
     if checkpoint is not None:
         load_weights(model, checkpoint, cfg.filename)
     return model.eval()
 
 
-def tier_fractions(history, bounds, names=PRE_OP_BOUNDS):
+def tier_fractions(history, bounds, names):
     """Per frame, the largest ``needed / bound`` over the entries of the bounds named in ``names``: the smallest
     capacity tier scale whose bounds (``scale_bounds(bounds, s, names)``) hold the frame."""
     def entries(values):
@@ -93,7 +93,7 @@ def collect(model, batches, frames):
     maxima, history = {}, []
     bar = ProgressBar(frames)
     for batch in batches:
-        needed = model.measure_bounds(batch['inputs'])
+        needed = measure_bounds(model, batch['inputs'])
         history.append(needed)
         merge_max(maxima, needed)
         bar.update()
@@ -112,7 +112,7 @@ def main(argv=None):
         maxima, history = collect(model, batches, count)
     except (ToolError, FileNotFoundError, CheckpointLoadError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
-    bounds = model.bounds_with_margin(maxima, args.margin)
+    bounds = bounds_with_margin(model, maxima, args.margin)
     weights = f'checkpoint {args.checkpoint}' if args.checkpoint else \
         'RANDOM weights (seed 0): foreground / cluster / box counts are not those of a trained model'
     print(f'{type(model).__name__} on {len(history)} frame(s) of {args.split}_dataloader.dataset, {weights}')
@@ -124,7 +124,7 @@ def main(argv=None):
         else:
             mean = round(sum(values) / len(values), 1)
         print(f'{key:<20}  {str(value):<28}  {mean}')
-    fractions = tier_fractions(history, bounds, PRE_OP_BOUNDS + tuple(getattr(model, 'TIER_GRAPH_BOUNDS', ())))
+    fractions = tier_fractions(history, bounds, model.bound_schema().tier_scaled())
     tiers = suggest_tiers(fractions)
     ordered = sorted(fractions)
     print(f'needs per frame in the bounds tiers scale, as a fraction of these bounds (its capacity tier): min '

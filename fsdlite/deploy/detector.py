@@ -11,12 +11,13 @@ from typing import NamedTuple
 
 import torch
 
-from fsdlite.models.fsd.static import PRE_OP_BOUNDS, dynamic_path
+from fsdlite.models.fsd.static import dynamic_path
 from fsdlite.models.layers.sparse_conv import PAIR_TILE
 from fsdlite.structures.bounds import merge_max
 
 from ..registry import DEPLOY_ADAPTERS
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult
+from .bound_measure import bounds_with_margin, measure_bounds
 from .compare import match_detections, matched_rows_diff, tensor_diff
 from .decisions import (DecisionChecks, NmsOverlap, RankCutoff, ScoreThreshold, SelectionDecision, detections_of,
                         detections_of_samples)
@@ -94,13 +95,13 @@ class DetectorAdapter(DeployAdapter):
 
     @property
     def tier_graph_bound_names(self):
-        """The model's ``TIER_GRAPH_BOUNDS`` (FSDv2-lite: the mixer's voxels and pairs)."""
-        return tuple(self.model.TIER_GRAPH_BOUNDS)
+        """The in-graph bounds the model's schema marks ``tier_scaled`` (FSDv2-lite: the mixer's voxels and pairs)."""
+        return self.model.bound_schema().tier_scaled('graph')
 
     @property
     def tier_bound_names(self):
-        """``PRE_OP_BOUNDS`` and :attr:`tier_graph_bound_names`."""
-        return PRE_OP_BOUNDS + self.tier_graph_bound_names
+        """Every bound a capacity tier scales: the pre-ops' and :attr:`tier_graph_bound_names`."""
+        return self.model.bound_schema().tier_scaled()
 
     def __init__(self, model, bounds, batch_size=1):
         if not getattr(model, 'static', False):
@@ -122,14 +123,15 @@ class DetectorAdapter(DeployAdapter):
 
     @classmethod
     def measure_bounds(cls, model, frames, margin):
-        """Needed sizes on the dynamic path (``model.measure_bounds``) over ``frames``, times ``margin``
-        (``model.bounds_with_margin``: foreground bounds capped at the sampler's budget)."""
+        """Needed sizes on the dynamic path (:func:`~fsdlite.deploy.bound_measure.measure_bounds`) over ``frames``,
+        times ``margin`` (:func:`~fsdlite.deploy.bound_measure.bounds_with_margin`: foreground bounds capped at the
+        sampler's budget)."""
         maxima = {}
         with torch.no_grad():
             for frame in frames:
                 inputs = model.data_preprocessor(dict(inputs=dict(points=list(frame.data))), False)['inputs']
-                merge_max(maxima, model.measure_bounds(inputs))
-        return model.bounds_with_margin(maxima, margin)
+                merge_max(maxima, measure_bounds(model, inputs))
+        return bounds_with_margin(model, maxima, margin)
 
     @classmethod
     def frames(cls, cfg, model, batch_size, data_root=None):
@@ -173,8 +175,8 @@ class DetectorAdapter(DeployAdapter):
         return DetectorGraph(self.model, self.batch_size, self.output_meanings())
 
     def dropped_names(self):
-        """The model's in-graph bound names (``model.graph_bound_names()``)."""
-        return list(self.model.graph_bound_names())
+        """The names of the graph's ``dropped`` counts (``model.dropped_names('graph')``)."""
+        return self.model.dropped_names('graph')
 
     def outside_graph(self):
         """Voxel hashing, padding and first-stage rulebooks before; rotated BEV NMS after."""
@@ -236,7 +238,7 @@ class DetectorAdapter(DeployAdapter):
         self._num_maps = len(si.nbrs)
         names = list(FIXED_INPUTS) + [f'nbr_{i:02d}' for i in range(len(si.nbrs))]
         tensors = list(si[:6]) + list(si.nbrs)
-        dropped = dict(zip(self.model.pre_ops_bound_names(), si.dropped.tolist()))
+        dropped = dict(zip(self.model.dropped_names('pre'), si.dropped.tolist()))
         return PreOpsResult(dict(zip(names, tensors)), dict(num_points=int(si.num_points)), dropped)
 
     def post_ops(self, outputs, pre):

@@ -6,7 +6,7 @@ capacity it does not use.  With tiers (``deploy/export_onnx.py --tiers 0.4 0.6``
 each scale ``s < 1``, a graph whose **pre-op bounds** -- the sizes the pre-ops alone decide before the graph runs
 (detectors: ``max_points``, ``max_voxels``, ``max_pairs``) -- are the folder's bounds times ``s`` (rounded up,
 ``fsdlite.structures.bounds.scale_bounds``), and so are the in-graph bounds a model lets the tiers scale
-(``TIER_GRAPH_BOUNDS``: FSDv2-lite's mixer voxels and pairs, whose use follows the frame); the other in-graph bounds
+(``tier_scaled`` in the model's bound schema: FSDv2-lite's mixer voxels and pairs, whose use follows the frame); the other in-graph bounds
 (foreground points, clusters, boxes) stay.
 Each tier graph is an ordinary fixed-shape plain-ONNX graph, checked like ``model.onnx``.
 

@@ -8,6 +8,7 @@ import torch
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
 
+from fsdlite.deploy.bound_measure import measure_bounds
 from fsdlite.registry import DATASETS, MODELS
 from fsdlite.structures.bounds import BoundExceededError
 
@@ -42,7 +43,7 @@ def test_collect_bounds_measures_and_bounds_reproduce_dynamic(tools, capsys):
     for i in range(2):
         inputs = dynamic.data_preprocessor(pseudo_collate([dataset[i]]), False)['inputs']
         inputs['points'] = inputs['points'].double()
-        needed = dynamic.measure_bounds(inputs)
+        needed = measure_bounds(dynamic, inputs)
         worst = {k: v if k not in worst else (max(worst[k], v) if not isinstance(v, list) else
                                             [max(a, b) for a, b in zip(worst[k], v)]) for k, v in needed.items()}
         with torch.no_grad():
@@ -91,7 +92,7 @@ def test_tier_fractions_and_suggested_tiers(tools):
     history = [dict(max_points=30, max_voxels=[10, 12], max_pairs=[2], max_boxes=5),   # level 1 decides: 0.6
                dict(max_points=80, max_voxels=[10, 2], max_pairs=[2], max_boxes=1),    # points: 0.8
                dict(max_points=10, max_voxels=[5, 2], max_pairs=[9], max_boxes=0)]     # pairs: 0.9 (boxes ignored)
-    fractions = tool.tier_fractions(history, bounds)
+    fractions = tool.tier_fractions(history, bounds, ('max_points', 'max_voxels', 'max_pairs'))
     assert fractions == pytest.approx([0.6, 0.8, 0.9])
     assert tool.suggest_tiers(fractions) == [0.8, 0.9]  # median and 90th percentile
     assert tool.suggest_tiers([0.61, 0.62]) == [0.65]

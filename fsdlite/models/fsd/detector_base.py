@@ -59,7 +59,7 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         voxel_size, point_range: the segmentor's voxel grid, shared by every part (see SparseSegmentor).
         static (bool): run inference ('predict', 'tensor') on fixed shapes (:mod:`.static`); training always
             runs the dynamic path with the same weights.  Subclasses call ``_init_static`` last.
-        bounds (dict): the fixed-shape bounds (:meth:`bound_spec`), required when ``static``.
+        bounds (dict): the fixed-shape bounds (:meth:`bound_schema`), required when ``static``.
 
     ``forward`` modes (SparseSegmentor's dispatch): 'loss' -> dict of losses and logged counts;
     'predict' -> data samples with ``pred_instances_3d`` (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,),

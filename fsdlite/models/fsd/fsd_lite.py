@@ -9,6 +9,7 @@ import torch
 from fsdlite.ops import segment_reduce
 
 from ...registry import MODELS
+from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
 from ..layers.static_ops import gather_rows, static_segment_reduce
 from .detector_base import Instances, SparseDetectorBase, build_task_util
@@ -46,22 +47,9 @@ class FSDLite(SparseDetectorBase):
         self.build_bbox_head(self.sir.out_channels)
         self._init_static(static, bounds)
 
-    def instance_bound_spec(self):
-        """``max_clusters`` and ``max_cc_iters`` (one int each)."""
-        return dict(max_clusters=None, max_cc_iters=None)
-
-    def instance_bound_names(self):
-        """``['max_clusters', 'max_cc_iters']``."""
-        return ['max_clusters', 'max_cc_iters']
-
-    def measure_instance_bounds(self, inputs, fg, inst):
-        """Clusters of the dynamic grouping and the label-propagation iterations they need."""
-        p = fg.centre.shape[0]
-        iters = 0
-        if p:
-            iters = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, p, inputs['batch_size'], p,
-                                 None)[1]
-        return dict(max_clusters=int(inst.feats.shape[0]), max_cc_iters=int(iters))
+    def instance_bounds(self):
+        """``max_clusters`` and ``max_cc_iters`` (iterations of the label propagation), one int each."""
+        return BoundSpec('max_clusters'), BoundSpec('max_cc_iters')
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""

@@ -10,6 +10,7 @@ import torch
 from fsdlite import ops
 
 from ...registry import MODELS
+from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
 from ..layers.static_ops import gather_rows, static_segment_reduce, static_voxelize
 from .detector_base import Instances, SparseDetectorBase
@@ -65,33 +66,14 @@ class FSDv2Lite(SparseDetectorBase):
         self.build_bbox_head(self.mixer.out_channels)
         self._init_static(static, bounds)
 
-    #: the mixer's voxels and pairs follow the frame's foreground (the ~2x headroom of the full bounds would make
-    #: every tier pay for twice the mixer work)
-    TIER_GRAPH_BOUNDS = ('max_virtual_voxels', 'max_virtual_pairs')
-
-    def instance_bound_spec(self):
-        """``max_virtual_voxels``: one int per mixer encoder level."""
-        return dict(max_virtual_voxels=len(self.mixer.encoder))
-
-    def instance_bound_names(self):
-        """``max_virtual_voxels[s]`` per mixer level, then ``max_virtual_pairs[i]`` when that bound is set."""
-        names = [f'max_virtual_voxels[{s}]' for s in range(len(self.mixer.encoder))]
-        if self.bounds is not None and 'max_virtual_pairs' in self.bounds:
-            names += [f'max_virtual_pairs[{i}]' for i in range(self.mixer.conv_plan().pair_slots())]
-        return names
-
-    def optional_bound_spec(self):
-        """Besides ``max_pairs``: ``max_virtual_pairs`` (one per mixer ``pair_slots``) turns the mixer's in-graph
-        neighbour maps into pair lists inside the graph (overflow counted in ``dropped``)."""
-        return dict(super().optional_bound_spec(), max_virtual_pairs=self.mixer.conv_plan().pair_slots())
-
-    def unet_bounds(self):
-        """The base's plus ``max_virtual_voxels`` -> the mixer."""
-        return dict(super().unet_bounds(), max_virtual_voxels=self.mixer)
-
-    def unet_pair_bounds(self):
-        """The base's plus ``max_virtual_pairs`` -> ``max_virtual_voxels``."""
-        return dict(super().unet_pair_bounds(), max_virtual_pairs='max_virtual_voxels')
+    def instance_bounds(self):
+        """``max_virtual_voxels`` (one per mixer level) and optional ``max_virtual_pairs`` (one per mixer
+        ``pair_slots``: the mixer's in-graph neighbour maps become pair lists).  Both follow the frame's foreground,
+        so a capacity tier scales them (the ~2x headroom of the full bounds would make every tier pay for twice the
+        mixer work)."""
+        return (BoundSpec('max_virtual_voxels', len(self.mixer.encoder), tier_scaled=True, unet='mixer'),
+                BoundSpec('max_virtual_pairs', self.mixer.conv_plan().pair_slots(), optional=True, tier_scaled=True,
+                          pairs_of='max_virtual_voxels'))
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points."""

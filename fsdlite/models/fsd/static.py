@@ -15,7 +15,7 @@ Three explicit parts (DESIGN.md "Fixed shapes"):
 Bounds count over one forward call (the whole batch), except ``max_fg_points`` (per sample and class, like the
 sampler's budget).  Overflow raises :class:`~fsdlite.structures.bounds.BoundExceededError` in eager mode; while
 exporting, results are truncated deterministically and the counts come out as ``dropped`` (names in
-:meth:`StaticDetectorMixin.graph_bound_names`).  When no bound is exceeded the boxes and scores equal the dynamic
+:meth:`StaticDetectorMixin.dropped_names`).  When no bound is exceeded the boxes and scores equal the dynamic
 mode's (tests/models/fsd/test_static_*.py).
 """
 import contextlib
@@ -24,7 +24,8 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from fsdlite.structures.bounds import Bounds, check_bound, scale_bounds
+from fsdlite.structures.bound_schema import BoundSchema, BoundSpec
+from fsdlite.structures.bounds import check_bound
 from fsdlite.structures.padded import pad_to_bound, valid_mask
 from fsdlite.utils.compat import spconv_available
 
@@ -42,7 +43,7 @@ class StaticInputs(NamedTuple):
     num_voxels: torch.Tensor   #: () int64 valid voxels
     nbrs: tuple                #: first-stage UNet neighbour maps (V_s, K) in execution order, or their (3, P)
     #:                            pair lists when the bounds define ``max_pairs`` (layers.pair_conv)
-    dropped: torch.Tensor      #: int64 items beyond the bounds (strict=False), :meth:`pre_ops_bound_names` order
+    dropped: torch.Tensor      #: int64 items beyond the bounds (strict=False), :meth:`dropped_names` ``('pre')`` order
 
 
 class RulebookMaps(NamedTuple):
@@ -80,72 +81,51 @@ class PaddedInstances(NamedTuple):
 
 
 GRAPH_OUTPUTS = ('boxes', 'scores', 'labels', 'batch', 'num_boxes', 'dropped')
-#: the bounds the pre-ops alone decide, before the fixed-shape forward runs (the rest are in-graph bounds)
-PRE_OP_BOUNDS = ('max_points', 'max_voxels', 'max_pairs')
 
 
 class StaticDetectorMixin:
     """Fixed-shape mode shared by the detectors (see the module docstring).
 
-    Subclasses define :meth:`instance_bound_spec`, :meth:`instance_bound_names`, :meth:`static_instances` and
-    :meth:`measure_instance_bounds`, and call :meth:`_init_static` at the end of their constructor.
+    Subclasses define :meth:`instance_bounds` and :meth:`static_instances`, and call :meth:`_init_static` at the end
+    of their constructor.
     """
 
     def _init_static(self, static, bounds):
         self.static = bool(static)
         if self.static and bounds is None:
             raise ValueError(f'{type(self).__name__}: static=True needs bounds=dict(...) with '
-                             f'{sorted(self.bound_spec())} (tools/collect_bounds.py measures them)')
-        self.bounds = None if bounds is None else self._normalize_bounds(bounds)
+                             f'{sorted(self.bound_schema().required())} (tools/collect_bounds.py measures them)')
+        self.bounds = None if bounds is None else self.bound_schema().normalize(bounds)
 
-    def bound_spec(self):
-        """``name -> entries`` of every bound this model needs (None: one int; n: a list of n ints)."""
-        return dict(max_points=None, max_voxels=len(self.backbone.encoder), max_fg_points=self.num_classes,
-                    max_boxes=None, **self.instance_bound_spec())
+    def bound_schema(self):
+        """The model's bounds (:class:`~fsdlite.structures.bound_schema.BoundSchema`), in ``dropped`` order.
 
-    def instance_bound_spec(self):
-        """The detector's own bounds (see :meth:`bound_spec`)."""
-        return {}
+        Pre-ops: ``max_points``; ``max_voxels`` per first-stage UNet level; optional ``max_pairs`` per
+        ``ConvPlan.pair_slots`` entry (the first-stage neighbour maps become pair lists: only real pairs are gathered
+        and multiplied).  Graph: ``max_fg_points`` per class, the detector's :meth:`instance_bounds`, ``max_boxes``.
+        """
+        return BoundSchema(type(self).__name__, (
+            BoundSpec('max_points', stage='pre'),
+            BoundSpec('max_voxels', len(self.backbone.encoder), stage='pre', unet='backbone'),
+            BoundSpec('max_pairs', self.backbone.conv_plan().pair_slots(), stage='pre', optional=True,
+                      pairs_of='max_voxels'),
+            BoundSpec('max_fg_points', self.num_classes),
+            *self.instance_bounds(),
+            BoundSpec('max_boxes')))
 
-    def optional_bound_spec(self):
-        """Bounds that may be given (same format as :meth:`bound_spec`): ``max_pairs`` (one entry per
-        ``ConvPlan.pair_slots``) turns the first-stage neighbour maps into pair lists (``layers.pair_conv``:
-        only real pairs are gathered and multiplied; without it the dense (V_s, K) maps are used)."""
-        return dict(max_pairs=self.backbone.conv_plan().pair_slots())
+    def instance_bounds(self):
+        """The :class:`~fsdlite.structures.bound_schema.BoundSpec` of the detector's instance stage, in the order of
+        :attr:`PaddedInstances.dropped`."""
+        return ()
+
+    def dropped_names(self, stage):
+        """Names of the ``dropped`` counts of the pre-ops (``stage='pre'``, :attr:`StaticInputs.dropped`) or of the
+        fixed-shape forward (``'graph'``), for this model's bounds."""
+        return self.bound_schema().dropped_names(self.bounds or {}, stage)
 
     def uses_pair_lists(self):
         """True when the bounds define ``max_pairs`` (the first-stage UNet runs on pair lists)."""
         return self.bounds is not None and 'max_pairs' in self.bounds
-
-    #: in-graph bounds a deploy capacity tier scales with its pre-op bounds (their use follows the input's size);
-    #: a tier whose graph drops items in one of them is not taken (``fsdlite.deploy.tiers.run_on_tiers``)
-    TIER_GRAPH_BOUNDS = ()
-
-    def pre_ops_bound_names(self):
-        """Names of the entries of :attr:`StaticInputs.dropped`, in order."""
-        names = ['max_points'] + [f'max_voxels[{s}]' for s in range(len(self.backbone.encoder))]
-        if self.uses_pair_lists():
-            names += [f'max_pairs[{i}]' for i in range(self.backbone.conv_plan().pair_slots())]
-        return names
-
-    def _normalize_bounds(self, cfg):
-        bounds, spec, optional = Bounds.from_cfg(cfg), self.bound_spec(), self.optional_bound_spec()
-        missing, unknown = sorted(set(spec) - set(bounds)), sorted(set(bounds) - set(spec) - set(optional))
-        if missing or unknown:
-            raise ValueError(f'{type(self).__name__}: bounds must define exactly {sorted(spec)} (optional: '
-                             f'{sorted(optional)}); missing {missing}, unknown {unknown}')
-        values = {}
-        for name, entries in dict(spec, **{k: v for k, v in optional.items() if k in bounds}).items():
-            value = bounds[name]
-            if entries is None and isinstance(value, tuple):
-                raise ValueError(f'bounds.{name} must be one int, got {list(value)}')
-            if entries is not None:
-                value = value if isinstance(value, tuple) else (value,) * entries
-                if len(value) != entries:
-                    raise ValueError(f'bounds.{name} needs {entries} entries (one per UNet level / class), got '
-                                     f'{list(value)}')
-            values[name] = value
-        return Bounds(**values)
 
     def _require_bounds(self):
         if self.bounds is None:
@@ -153,15 +133,6 @@ class StaticDetectorMixin:
         if self.training:
             raise RuntimeError(f'{type(self).__name__}: the fixed-shape path is for inference; call model.eval() '
                                '(training always runs the dynamic path)')
-
-    def graph_bound_names(self):
-        """Names of the entries of the fixed-shape forward's ``dropped`` output, in order."""
-        c = self.num_classes
-        return [f'max_fg_points[{k}]' for k in range(c)] + self.instance_bound_names() + ['max_boxes']
-
-    def instance_bound_names(self):
-        """Names of :attr:`PaddedInstances.dropped` entries."""
-        return []
 
     # ----------------------------------------------------------------------------------------------- pre-ops
     def first_stage_rulebooks(self, inputs, strict=None, neighbour_maps=False):
@@ -260,7 +231,7 @@ class StaticDetectorMixin:
         Returns:
             dict: ``boxes`` (M, 7), ``scores`` (M,), ``labels`` (M,), ``batch`` (M,) the ``num_boxes`` best boxes
             above the score threshold before NMS (M = max_boxes); ``dropped`` (D,) int64 overflow per
-            :meth:`graph_bound_names`; and the raw outputs ``seg_logits`` (N, C), ``cls_logits`` (K, C),
+            :meth:`dropped_names` ``('graph')``; and the raw outputs ``seg_logits`` (N, C), ``cls_logits`` (K, C),
             ``box_codes`` (K, C, 8), ``instance_xyz`` (K, 3), ``instance_batch`` (K,), ``instance_labels`` (K,) or
             None, ``num_instances`` (), ``num_fg_points`` ().
         """
@@ -300,75 +271,6 @@ class StaticDetectorMixin:
         return self.to_samples(boxes[keep], scores[keep], labels[keep], batch[keep], inputs['batch_size'],
                                data_samples)
 
-    # ------------------------------------------------------------------------------------- bound measurement
-    def unet_bounds(self):
-        """``bound name -> SparseUNet`` whose levels the bound covers (measured by :meth:`measure_bounds`)."""
-        return dict(max_voxels=self.backbone)
-
-    def unet_pair_bounds(self):
-        """``pair bound name -> level bound name`` (of :meth:`unet_bounds`) whose UNet's rulebook pairs it bounds."""
-        return dict(max_pairs='max_voxels')
-
-    def bounds_with_margin(self, maxima, margin):
-        """Bounds from measured needs (:meth:`measure_bounds` maxima): every entry times ``margin`` rounded up (at
-        least 1), the per-class foreground bounds capped at the sampler's budget (the static path never selects
-        more).  Raises a ValueError unless ``margin >= 1``."""
-        if not margin >= 1:
-            raise ValueError(f'margin must be >= 1, got {margin!r}')
-        bounds = scale_bounds(maxima, margin)
-        bounds['max_fg_points'] = [min(v, b) for v, b in zip(bounds['max_fg_points'], self.fg_sampler.max_per_class)]
-        return bounds
-
-    @torch.no_grad()
-    def measure_bounds(self, inputs):
-        """Sizes the fixed-shape path needs for this preprocessed batch, measured on the dynamic data path.
-
-        The voxel count of every UNet level comes from the spconv stages (as spconv's ``record_voxel_count``),
-        foreground counts from the sampler, instance counts from the instance stage, box counts from the
-        score threshold.  Used by ``tools/collect_bounds.py``.
-
-        Returns:
-            dict: name -> int or list of ints (the names of :meth:`bound_spec`).
-        """
-        c, spec = self.num_classes, dict(self.bound_spec(), **self.optional_bound_spec())
-        needed = {k: ([0] * n if n else 0) for k, n in spec.items()}
-        needed['max_points'] = int(inputs['points'].shape[0])
-        counts, hooks, unet_voxels = {}, [], {}
-        for name, unet in self.unet_bounds().items():
-            counts[name] = [0] * len(unet.encoder)
-
-            def input_hook(module, args, name=name):  # SparseUNet.forward(voxel_feats, voxel_coors, batch_size)
-                unet_voxels[name] = args[1]
-            hooks.append(unet.register_forward_pre_hook(input_hook))
-        try:
-            if inputs['voxel_coors'].shape[0]:
-                with dynamic_path(self):
-                    _, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
-                for name, unet in self.unet_bounds().items():  # the voxels of every level (spconv's record count)
-                    if name in unet_voxels:
-                        _, levels = unet.conv_plan().exact_kernel_maps(unet_voxels[name].long())
-                        counts[name] = [int(level.shape[0]) for level in levels]
-                per = torch.bincount(fg.batch * c + fg.class_id, minlength=inputs['batch_size'] * c)
-                needed['max_fg_points'] = per.view(-1, c).max(0).values.tolist()
-                scores = self.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)[1]
-                needed['max_boxes'] = int((scores > self.bbox_head.test_cfg['score_thr']).sum())
-                needed.update(self.measure_instance_bounds(inputs, fg, inst))
-                needed.update(counts)
-                unets = self.unet_bounds()
-                for pair_name, level_name in self.unet_pair_bounds().items():
-                    coors, levels = unet_voxels[level_name], [max(v, 1) for v in needed[level_name]]
-                    plan = unets[level_name].conv_plan()
-                    nbrs, _, _ = plan.build_rulebooks(coors, coors.shape[0], levels, inverse_maps=False)
-                    needed[pair_name] = plan.count_pairs(nbrs, levels).tolist()
-        finally:
-            for h in hooks:
-                h.remove()
-        return needed
-
-    def measure_instance_bounds(self, inputs, fg, inst):
-        """The detector's own scalar bounds for :meth:`measure_bounds` (from its dynamic foreground/instances)."""
-        return {}
-
     def static_graph(self, batch_size=1):
         """The fixed-shape forward as a module with flat tensor inputs and outputs (:class:`StaticGraph`, export)."""
         self._require_bounds()
@@ -390,7 +292,7 @@ class StaticGraph(nn.Module):
         self.detector = detector
         self.batch_size = int(batch_size)
         self.output_names = GRAPH_OUTPUTS
-        self.dropped_names = detector.graph_bound_names()
+        self.dropped_names = detector.dropped_names('graph')
 
     def forward(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, *nbrs):
         """The detector's ``forward_static`` (default ``strict``: raise eagerly, truncate while exporting), as a
@@ -429,4 +331,4 @@ def dynamic_path(model, conv_backend=None):
 
 
 __all__ = ['RulebookMaps', 'ExactRulebooks', 'dynamic_path', 'StaticInputs', 'PaddedInstances', 'GRAPH_OUTPUTS',
-           'PRE_OP_BOUNDS', 'StaticDetectorMixin', 'StaticGraph']
+           'StaticDetectorMixin', 'StaticGraph']

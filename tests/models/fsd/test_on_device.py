@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from fsdlite.deploy.bound_measure import measure_bounds
 from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import scale_bounds
 from fsdlite.utils import compat
@@ -110,7 +111,7 @@ def test_static_equals_dynamic(kit, gpu, family):
     dynamic = build(kit, family, seed=2).double().eval().to(gpu)
     data = batch(kit, seeds=(9, 10))
     inputs = preprocess(dynamic, data, False)['inputs']
-    bounds = scale_bounds(dynamic.measure_bounds(inputs), 1.0)
+    bounds = scale_bounds(measure_bounds(dynamic, inputs), 1.0)
     static = MODELS.build(dict(config(kit, family), static=True, bounds=bounds)).double().eval().to(gpu)
     static.load_state_dict(dynamic.state_dict(), strict=True)
     with torch.no_grad():
@@ -138,7 +139,7 @@ def test_fixed_shape_forward_replays_as_a_cuda_graph(kit, gpu, family):
     dynamic = build(kit, family, seed=3).eval().to(gpu)
     first, second = (preprocess(dynamic, batch(kit, seeds=s), False)['inputs'] for s in ((11, 12), (13, 14)))
     bounds = {k: [max(a, b) for a, b in zip(v, w)] if isinstance(v, list) else max(v, w) for (k, v), w in
-              zip(dynamic.measure_bounds(first).items(), dynamic.measure_bounds(second).values())}
+              zip(measure_bounds(dynamic, first).items(), measure_bounds(dynamic, second).values())}
     static = MODELS.build(dict(config(kit, family), static=True, bounds=scale_bounds(bounds, 1.2))).eval().to(gpu)
     static.load_state_dict(dynamic.state_dict(), strict=True)
     module = static.static_graph(batch_size=2)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fsdlite.deploy.bound_measure import measure_bounds
 from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import BoundExceededError, scale_bounds
 
@@ -71,7 +72,7 @@ def assert_same(dynamic, static, inputs):
     assert torch.equal(raw_s['instance_batch'][:k], raw_d['instance_batch'])
     if raw_d['instance_labels'] is not None:
         assert torch.equal(raw_s['instance_labels'][:k], raw_d['instance_labels'])
-    assert raw_s['dropped'].tolist() == [0] * len(static.graph_bound_names())
+    assert raw_s['dropped'].tolist() == [0] * len(static.dropped_names('graph'))
     total = 0
     for a, b in zip(pred_d, pred_s):
         a, b = a.pred_instances_3d, b.pred_instances_3d
@@ -92,7 +93,7 @@ def test_static_equals_dynamic(kit, shared_data, name, frame):
     clouds = dict(kitti=lambda: kitti_cloud(shared_data), nuscenes=lambda: nuscenes_cloud(shared_data),
                   synthetic=lambda: synthetic_clouds(kit))[frame]()
     inputs = preprocess(dynamic, clouds)
-    needed = dynamic.measure_bounds(inputs)
+    needed = measure_bounds(dynamic, inputs)
     # synthetic: bounds exactly at the needed sizes; real frames: 20 % padding everywhere
     static = static_twin(kit, name, point_range, dynamic, scale_bounds(needed, 1.0 if frame == 'synthetic' else 1.2))
     raw = assert_same(dynamic, static, inputs)
@@ -104,7 +105,7 @@ def small_case(kit, name):
     """Dynamic model, preprocessed batch of two synthetic scenes and the measured bounds."""
     dynamic = dynamic_model(kit, name, kit.RANGE)
     inputs = preprocess(dynamic, synthetic_clouds(kit))
-    return dynamic, inputs, dynamic.measure_bounds(inputs)
+    return dynamic, inputs, measure_bounds(dynamic, inputs)
 
 
 def _labels(needed):
@@ -132,7 +133,7 @@ def test_every_bound_raises_with_name_needed_and_allowed(kit, name):
         assert (err.value.name, err.value.needed, err.value.allowed) == (label, value, value - 1)
         assert f'bound {label} exceeded: needed {value}, allowed {value - 1}' in str(err.value)
         checked.add(key)
-    assert checked == set(static.bound_spec()) | set(static.optional_bound_spec())
+    assert checked == {spec.name for spec in static.bound_schema()}
 
 
 @pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
@@ -146,7 +147,7 @@ def test_exporting_truncates_and_reports_dropped(kit, name):
         si = static.static_inputs(inputs, strict=False)
         out = static.forward_static(*si[:6], si.nbrs, inputs['batch_size'], strict=False)
     assert si.dropped[0] == 3 and int(si.num_points) == bounds['max_points']
-    names = static.graph_bound_names()
+    names = static.dropped_names('graph')
     assert names[-1] == 'max_boxes' and out['dropped'][-1] >= 1 and int(out['num_boxes']) == bounds['max_boxes']
     assert out['boxes'].shape == (bounds['max_boxes'], 7) and bool(torch.isfinite(out['boxes']).all())
     assert bool((out['scores'][:-1] >= out['scores'][1:]).all())  # best first
@@ -188,12 +189,12 @@ def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name)
         with torch.no_grad(), OpRecorder() as rec:
             out = static.forward_static(*si[:6], si.nbrs, batch_size=batch['batch_size'])
         recorded.append(rec.ops)
-        assert out['dropped'].tolist() == [0] * len(static.graph_bound_names())
+        assert out['dropped'].tolist() == [0] * len(static.dropped_names('graph'))
         graph = static.static_graph(batch['batch_size'])  # the export wrapper: flat tensors in and out
         with torch.no_grad():
             flat = graph(*si[:6], *si.nbrs)
         monkeypatch.setattr(torch.compiler, '_is_compiling_flag', False)
-        assert len(flat) == len(graph.output_names) and graph.dropped_names == static.graph_bound_names()
+        assert len(flat) == len(graph.output_names) and graph.dropped_names == static.dropped_names('graph')
         for name_, value in zip(graph.output_names, flat):
             assert torch.equal(value, out[name_]), name_
     # same op sequence for one sample and for two different samples: no data-dependent control flow and no
@@ -250,9 +251,9 @@ def test_static_configs_build_and_cover_the_kitti_frame(shared_data, path):
     cfg = Config.fromfile(Path(__file__).resolve().parents[3] / path)
     model = MODELS.build(cfg.model).eval()
     assert model.static == path.endswith('_static.py')
-    assert set(model.bounds) == set(model.bound_spec()) | set(model.optional_bound_spec())  # max_pairs: pair lists
+    assert set(model.bounds) == {spec.name for spec in model.bound_schema()}  # max_pairs: pair lists
     if STATIC_CONFIGS[path] == 'kitti':
         inputs = model.data_preprocessor(dict(inputs=dict(points=kitti_cloud(shared_data))), False)['inputs']
-        for key, value in model.measure_bounds(inputs).items():
+        for key, value in measure_bounds(model, inputs).items():
             bound = model.bounds[key]
             assert all(v <= b for v, b in zip(value, bound)) if isinstance(value, list) else value <= bound, key
