@@ -7,20 +7,22 @@ the stages add up to the time spent inside any of them. On a GPU the recorder ta
 (``torch.cuda.synchronize``), called at both ends of every timed call, so a stage is billed for its own kernels
 and not for those queued before it.
 """
+import importlib
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 
 import torch
 
-# stage -> (path of the object, method) of the FSD-lite / FSDv2-lite calls that make it up; '' is the model.
+# stage -> (path of the object, method) of the FSD-lite / FSDv2-lite calls that make it up; '' is the model, a path
+# starting with 'fsdlite.' a module (its function is timed where the module's own code calls it).
 # '__call__' times calls of a plain callable object (no nn.Module, so no ``forward`` to wrap).
 # 'factory().method' times that method of every object the factory returns while the block runs (the mixer's
 # kernel maps are built by the ConvPlan its conv_plan() hands out).
 # 'instances' is what instances() / static_instances() do outside the timed calls within them: FSD-lite's
 # grouping of voted centres (and SIR's gathers), FSDv2-lite's voxelization of the virtual points.
 DETECTOR_STAGES = {
-    'pre_ops': [('', 'static_inputs')],
+    'pre_ops': [('fsdlite.deploy.fixed_shape', 'fixed_inputs')],
     'vfe': [('voxel_encoder', 'forward')],
     'backbone': [('backbone', 'forward')],
     'neck_head': [('neck', 'forward'), ('seg_head', 'forward')],
@@ -88,10 +90,16 @@ def record_stages(model, synchronize=None, stages=None):
                     open_calls[-1][1] += elapsed
         return call
 
-    patched, proxied = [], []
+    patched, proxied, replaced = [], [], []
     made = defaultdict(list)  # (path, factory) -> [(stage, method)] timed on each object the factory returns
     for name, calls in (stages or DETECTOR_STAGES).items():
         for path, method in calls:
+            if path.startswith('fsdlite.'):
+                module = importlib.import_module(path)
+                fn = getattr(module, method)
+                setattr(module, method, timed(name, fn))
+                replaced.append((module, method, fn))
+                continue
             if '().' in method:
                 factory, _, produced = method.partition('().')
                 made[path, factory].append((name, produced))
@@ -128,7 +136,7 @@ def record_stages(model, synchronize=None, stages=None):
     try:
         yield record
     finally:
-        for parent, attr, obj in proxied:
+        for parent, attr, obj in proxied + replaced:
             setattr(parent, attr, obj)
         for obj, method in patched:
             delattr(obj, method)

@@ -5,7 +5,8 @@ Waymo-range frame (../shared/data/spconv_waymo/benchmark-pc.npz, configs/*/..._w
 column is appended).  Both modes share the weights: a trained checkpoint per detector with ``--checkpoint``, else
 random weights (seed 0) with the box score threshold at 0 so that boxes come out (the output says which).
 Stages are timed from outside the models (``_stages.record_stages`` wraps their submodules' calls); ``voxelize`` is
-the data preprocessor, ``pre_ops`` the static padding + first-stage rulebooks, ``nms`` runs after the fixed-shape graph.
+the data preprocessor, ``pre_ops`` the fixed-shape run's padding + first-stage rulebooks (``fsdlite.deploy.fixed_shape``),
+``nms`` runs after the fixed-shape graph.
 Peak memory of one preprocess + predict runs in a fresh subprocess per variant (``_harness.run_isolated``).
 
     python benchmarks/fsd_latency.py                              # both frames, 3 timed runs per variant
@@ -51,14 +52,15 @@ def load_frame(frame, data_root=DATA):
 
 
 def build(frame, detector, static, checkpoint=None, device='cpu'):
-    """The config's model in the requested mode with shared weights (checkpoint or seed 0), eval, on ``device``."""
+    """The config's model with shared weights (checkpoint or seed 0), eval, on ``device``; for ``static`` wrapped so
+    that it predicts through the fixed-shape run (``fsdlite.deploy.fixed_shape.FixedShapeDetector``)."""
     import torch
     from mmengine.config import Config
 
     import fsdlite.models  # noqa: F401
+    from fsdlite.deploy.fixed_shape import FixedShapeDetector
     from fsdlite.registry import MODELS
     cfg = Config.fromfile(str(REPO / CONFIGS[(frame, detector)])).model.to_dict()
-    cfg['static'] = static
     torch.manual_seed(0)
     model = MODELS.build(cfg)
     if checkpoint:
@@ -66,7 +68,8 @@ def build(frame, detector, static, checkpoint=None, device='cpu'):
         load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
     else:
         model.bbox_head.test_cfg['score_thr'] = 0.0  # random weights: every instance is a box candidate
-    return model.eval().to(device)
+    model = model.eval().to(device)
+    return FixedShapeDetector(model) if static else model
 
 
 def work(frame, detector, static, checkpoint=None):
@@ -95,7 +98,7 @@ def timed_runs(model, points, repeat, device='cpu'):
     sync = _synchronize(device)
     runs = []
     for i in range(repeat + 1):
-        with torch.inference_mode(), record_stages(model, sync) as rec:
+        with torch.inference_mode(), record_stages(getattr(model, 'detector', model), sync) as rec:
             sync and sync()
             start = time.perf_counter()
             inputs = model.data_preprocessor(data, False)['inputs']
@@ -115,11 +118,15 @@ def graph_runs(model, points, repeat):
     """The fixed-shape forward replayed as a CUDA graph: median stage seconds (``voxelize``, ``pre_ops`` eager,
     ``graph`` the replay, ``nms``) and the last detections; raises what the capture raised."""
     import torch
+
+    from fsdlite.deploy.detector import DetectorGraph
+    from fsdlite.deploy.fixed_shape import fixed_inputs
+    model = model.detector  # the FixedShapeDetector's detector
     data = dict(inputs=dict(points=[points.cuda()]))
     with torch.inference_mode():
         inputs = model.data_preprocessor(data, False)['inputs']
-        si = model.static_inputs(inputs)
-        module = model.static_graph(batch_size=inputs['batch_size'])
+        si = fixed_inputs(model, inputs)
+        module = DetectorGraph(model, inputs['batch_size'], ('boxes', 'scores', 'labels', 'box_batch', 'num_boxes'))
         static_args = [t.clone() for t in (*si[:6], *si.nbrs)]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -137,7 +144,7 @@ def graph_runs(model, points, repeat):
             inputs = model.data_preprocessor(data, False)['inputs']
             torch.cuda.synchronize()
             times['voxelize'], start = time.perf_counter() - start, time.perf_counter()
-            si = model.static_inputs(inputs)
+            si = fixed_inputs(model, inputs)
             for buffer, value in zip(static_args, (*si[:6], *si.nbrs)):
                 buffer.copy_(value)
             torch.cuda.synchronize()
@@ -147,7 +154,7 @@ def graph_runs(model, points, repeat):
             times['graph'], start = time.perf_counter() - start, time.perf_counter()
             out = dict(zip(module.output_names, outputs))
             n = int(out['num_boxes'])
-            boxes, scores, labels, batch = (out[k][:n] for k in ('boxes', 'scores', 'labels', 'batch'))
+            boxes, scores, labels, batch = (out[k][:n] for k in ('boxes', 'scores', 'labels', 'box_batch'))
             keep = model.bbox_head.nms(boxes, scores, labels, batch)
             pred = model.to_samples(boxes[keep], scores[keep], labels[keep], batch[keep], 1, None)[0]
             torch.cuda.synchronize()

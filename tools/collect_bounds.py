@@ -52,8 +52,7 @@ def parse_args(argv=None):
 def build_model(cfg, checkpoint):
     """The config's model in dynamic mode (eval), with the checkpoint's weights or seeded random ones."""
     model_cfg = dict(cfg.model.to_dict() if hasattr(cfg.model, 'to_dict') else cfg.model)
-    model_cfg.pop('static', None)  # measure on the dynamic path; existing bounds play no part
-    model_cfg.pop('bounds', None)
+    model_cfg.pop('bounds', None)  # measured on the dynamic path; existing bounds play no part
     torch.manual_seed(0)
     model = MODELS.build(model_cfg)
     if not hasattr(model, 'bound_schema'):

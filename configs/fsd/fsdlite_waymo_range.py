@@ -1,7 +1,7 @@
 # FSD-lite (the default model of fsdlite_model.py) over a Waymo-sized range, [-80, 80] m x [-80, 80] m x
 # [-2, 6] m: the grid of spconv's 198k-point benchmark frame (../shared/data/spconv_waymo/benchmark-pc.npz,
 # x, y, z only: a zero intensity column is appended). Used by benchmarks/fsd_latency.py; no dataset.
-# The bounds serve static=True (set model.static=True); they were measured on that frame with random weights
+# The bounds serve the fixed-shape run (fsdlite.deploy.fixed_shape); they were measured on that frame with random weights
 # (benchmarks/fsd_latency.py --measure) and a 1.2 margin -- re-measure with tools/collect_bounds.py and a
 # trained checkpoint for real data. max_clusters / max_boxes / max_cc_iters are rounded up (random weights give
 # no box above the 0.1 score threshold).

@@ -1,7 +1,7 @@
 # FSDv2-lite (the default model of fsdv2lite_model.py) over a Waymo-sized range, [-80, 80] m x [-80, 80] m x
 # [-2, 6] m: the grid of spconv's 198k-point benchmark frame (../shared/data/spconv_waymo/benchmark-pc.npz,
 # x, y, z only: a zero intensity column is appended). Used by benchmarks/fsd_latency.py; no dataset.
-# The bounds serve static=True (set model.static=True); they were measured on that frame with random weights
+# The bounds serve the fixed-shape run (fsdlite.deploy.fixed_shape); they were measured on that frame with random weights
 # and a 1.2 margin; max_boxes covers every virtual voxel holding virtual points (with random weights the
 # benchmark sets the score threshold to 0) -- re-measure with tools/collect_bounds.py and a trained
 # checkpoint for real data (a trained model keeps far fewer boxes; TensorRT's TopK needs K < 3840).

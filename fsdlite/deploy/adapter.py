@@ -74,7 +74,7 @@ class DeployAdapter:
     # ------------------------------------------------------------------ building (exporter and runtime)
     @classmethod
     def prepare_config(cls, model_cfg, bounds):
-        """Return the model config used for deploy (e.g. detectors switch to ``static=True`` with ``bounds``)."""
+        """Return the model config used for deploy (e.g. detectors get their ``bounds``)."""
         return dict(model_cfg)
 
     @classmethod

@@ -7,7 +7,6 @@ sizes and the boxes above the score threshold.  ``tools/collect_bounds.py`` and 
 """
 import torch
 
-from fsdlite.models.fsd.static import dynamic_path
 from fsdlite.models.fsd.static_grouping import group_padded
 from fsdlite.structures.bounds import scale_bounds
 
@@ -55,8 +54,7 @@ def measure_bounds(model, inputs):
     try:
         if not inputs['voxel_coors'].shape[0]:
             return needed
-        with dynamic_path(model):
-            _, inst, cls_logits, box_codes, fg = model._forward_instances(inputs, False, return_fg=True)
+        _, inst, cls_logits, box_codes, fg = model._forward_instances(inputs, False, return_fg=True)
     finally:
         for h in hooks:
             h.remove()

@@ -2,7 +2,7 @@
 
 Outside the graph (eager, ``fsdlite.ops``): the data preprocessor's voxel hashing (``fsdlite.ops.voxelize``),
 padding to ``max_points`` / ``max_voxels[0]`` with dump slots, and the first-stage UNet's sparse-conv rulebooks
-(``fsdlite.ops.rulebook_*``) as padded neighbour maps (``StaticDetectorMixin.static_inputs``); after the graph,
+(``fsdlite.ops.rulebook_*``) as padded neighbour maps (``fsdlite.deploy.fixed_shape.fixed_inputs``); after the graph,
 rotated BEV NMS (``fsdlite.ops.batched_nms_bev``).  Inside: the detector's ``forward_static`` (VFE, rulebook
 UNet with spconv's weights, seg/vote head, per-class top-k foreground, grouping or virtual voxels with in-graph
 rulebooks, SIR / mixer, box head, the ``max_boxes`` best boxes).
@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from fsdlite.models.fsd.static import dynamic_path
+from fsdlite.models.lidar.sparse_unet import using_conv_backend
 from fsdlite.models.layers.sparse_conv import PAIR_TILE
 from fsdlite.structures.bounds import merge_max
 
@@ -22,6 +22,7 @@ from .compare import match_detections, matched_rows_diff, tensor_diff
 from .decisions import (DecisionChecks, NmsOverlap, RankCutoff, ScoreThreshold, SelectionDecision, detections_of,
                         detections_of_samples)
 from .exporter import plain_config
+from .fixed_shape import first_stage_rulebooks, fixed_inputs
 from .frames import LIDAR_FRAMES, available_lidar_frames, load_lidar_frame
 
 FIXED_INPUTS = {
@@ -58,7 +59,7 @@ class PreprocessedClouds(NamedTuple):
     """The part of the pre-ops the capacity tiers share: ``inputs``, the data preprocessor's output for one batch
     (range filter, voxel hashing: ``points`` (n, C), ``batch`` (n,), ``voxel_coors`` (v, 4), ``point2voxel``
     (n,)), and ``maps``, None or (``DetectorAdapter.measure_needs``) its first-stage rulebooks
-    (``StaticDetectorMixin.first_stage_rulebooks``: what every level needs; for models on pair lists the exact
+    (``fixed_shape.first_stage_rulebooks``: what every level needs; for models on pair lists the exact
     offset-grouped pairs every tier tiles, else the maps at the largest tier's bounds the smaller tiers cut to
     theirs)."""
     inputs: dict
@@ -85,7 +86,7 @@ class DetectorGraph(GraphModule):
 
 @DEPLOY_ADAPTERS.register_module(['FSDLite', 'FSDv2Lite'])
 class DetectorAdapter(DeployAdapter):
-    """FSD-lite / FSDv2-lite (``model.static`` must be True; ``bounds`` are the model's fixed-shape bounds).
+    """FSD-lite / FSDv2-lite (``bounds`` are the model's fixed-shape bounds, ``model.bounds``).
 
     Raw data: a list of B point clouds, each (N_i, C) float32.  Results: data samples with
     ``pred_instances_3d`` (``bboxes_3d``, ``scores_3d``, ``labels_3d``).
@@ -104,16 +105,17 @@ class DetectorAdapter(DeployAdapter):
         return self.model.bound_schema().tier_scaled()
 
     def __init__(self, model, bounds, batch_size=1):
-        if not getattr(model, 'static', False):
-            raise ValueError(f'{type(model).__name__}: deploy needs the fixed-shape mode (static=True with bounds)')
+        if getattr(model, 'bounds', None) is None:
+            raise ValueError(f'{type(model).__name__}: deploy needs the bounds of the fixed-shape forward '
+                             '(bounds=dict(...) in the model config)')
         super().__init__(model, bounds, batch_size)
         self._num_maps = None
 
     # ------------------------------------------------------------------ building
     @classmethod
     def prepare_config(cls, model_cfg, bounds):
-        """``model_cfg`` with ``static=True`` and ``bounds``."""
-        return dict(model_cfg, static=True, bounds=dict(bounds))
+        """``model_cfg`` with ``bounds``."""
+        return dict(model_cfg, bounds=dict(bounds))
 
     @classmethod
     def config_bounds(cls, cfg):
@@ -205,7 +207,7 @@ class DetectorAdapter(DeployAdapter):
             raise ValueError(f'the deployed graph takes batches of {self.batch_size} point clouds, got {len(clouds)}')
         with torch.no_grad():
             inputs = self.model.data_preprocessor(dict(inputs=dict(points=clouds)), False)['inputs']
-            exact = self.model.first_stage_rulebooks(inputs, strict=False) if self.model.uses_pair_lists() else None
+            exact = first_stage_rulebooks(self.model, inputs, strict=False) if self.model.uses_pair_lists() else None
             return PreprocessedClouds(inputs, exact)
 
     def measure_needs(self, prepared):
@@ -214,7 +216,7 @@ class DetectorAdapter(DeployAdapter):
         if prepared.maps is not None:
             return prepared
         with torch.no_grad():
-            return prepared._replace(maps=self.model.first_stage_rulebooks(prepared.inputs, strict=False))
+            return prepared._replace(maps=first_stage_rulebooks(self.model, prepared.inputs, strict=False))
 
     def may_fit(self, prepared):
         """False when the batch has more points than ``max_points`` or input voxels than ``max_voxels[0]``; once
@@ -234,7 +236,7 @@ class DetectorAdapter(DeployAdapter):
         pre-op bound."""
         prepared = self.prepare_input(data)
         with torch.no_grad():
-            si = self.model.static_inputs(prepared.inputs, strict=False, maps=prepared.maps)
+            si = fixed_inputs(self.model, prepared.inputs, strict=False, maps=prepared.maps)
         self._num_maps = len(si.nbrs)
         names = list(FIXED_INPUTS) + [f'nbr_{i:02d}' for i in range(len(si.nbrs))]
         tensors = list(si[:6]) + list(si.nbrs)
@@ -258,7 +260,7 @@ class DetectorAdapter(DeployAdapter):
         return self._eager_predict(data, None)
 
     def _eager_predict(self, data, conv_backend):
-        with torch.no_grad(), dynamic_path(self.model, conv_backend):
+        with torch.no_grad(), using_conv_backend(self.model, conv_backend):
             inputs = self.model.data_preprocessor(dict(inputs=dict(points=list(data))), False)['inputs']
             return self.model(inputs, mode='predict')
 

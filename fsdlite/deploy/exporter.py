@@ -109,13 +109,13 @@ def prepare(config, checkpoint, bounds_file=None, cfg_options=None, batch_size=1
     """Build the deploy adapter of a config: ``(cfg, adapter, frames, bounds_source)``.
 
     The model is built with its weights, bounds resolved (:func:`resolve_bounds`), and, when the family's
-    deploy config differs (detectors switch to ``static=True``), rebuilt in that form with the same weights.
+    deploy config differs (detectors get their ``bounds``), rebuilt in that form with the same weights.
     ``frames`` None: the adapter's verification inputs (``cls.frames``); ``bounds`` (dict) skips resolution.
     """
     cfg = as_config(config, cfg_options)
     cls = adapter_class(cfg.model['type'])
     base = plain_config(cfg.model)
-    dynamic = {k: v for k, v in base.items() if k not in ('static', 'bounds')}
+    dynamic = {k: v for k, v in base.items() if k != 'bounds'}
     model = build_model(dynamic, checkpoint)
     if frames is None:
         frames = cls.frames(cfg, model, batch_size, data_root)

@@ -13,7 +13,7 @@ Each tier graph is an ordinary fixed-shape plain-ONNX graph, checked like ``mode
 At run time (:class:`~fsdlite.deploy.runtime.DeployedModel`) the pre-ops run for the smallest tier whose pre-op
 bounds hold for the input (:func:`select_tier`); an input that fits no tier runs ``model.onnx`` with the full
 bounds (and, as before, anything beyond them is dropped and counted).  A detector on pair lists (the static
-configs) builds its exact first-stage rulebooks once per input (``StaticDetectorMixin.first_stage_rulebooks``), so
+configs) builds its exact first-stage rulebooks once per input (``fixed_shape.first_stage_rulebooks``), so
 it knows what every UNet level and pair slot needs before it picks a tier, and tiles them for the tier it picks.
 A detector on neighbour maps first tries the smallest tier whose points and input voxels fit; when a deeper level
 overflows, it builds the maps once at the full bounds, counts what every level needs, and cuts the maps to the

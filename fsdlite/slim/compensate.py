@@ -17,6 +17,8 @@ from contextlib import ExitStack
 
 import torch
 
+from fsdlite.models.layers.bn_fold import layer_by_layer
+
 from .errors import SlimError
 from .specs import spec_for
 
@@ -55,9 +57,6 @@ def input_moments(model, dims, batches):
     Returns:
         dict: layer name -> :class:`InputMoments` (layers that never saw an input of their width are absent).
     """
-    from fsdlite.models.fsd.static import dynamic_path
-    from fsdlite.models.layers.bn_fold import layer_by_layer
-
     modules = dict(model.named_modules())
     moments = {}
 
@@ -81,7 +80,6 @@ def input_moments(model, dims, batches):
             handle = modules[d.leaf].register_forward_pre_hook(observer(d, spec), with_kwargs=True)
             stack.callback(handle.remove)
         stack.enter_context(torch.no_grad())
-        stack.enter_context(dynamic_path(model))
         stack.enter_context(layer_by_layer())
         for batch in batches:
             model(**batch, mode='tensor')

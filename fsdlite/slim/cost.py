@@ -21,8 +21,6 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fsdlite.models.fsd.static import dynamic_path
-
 from .rules import bind, flat_outputs
 
 
@@ -175,14 +173,13 @@ class MacCounter(TorchDispatchMode):
 
 def count_macs(model, data, mode='predict'):
     """``(total MACs, per-op Counter, uncounted custom ops Counter)`` of ``model(**data, mode=mode)``
-    (eval mode, no grad). A fixed-shape model is counted on its dynamic path
-    (:func:`~fsdlite.models.fsd.static.dynamic_path`): the real work, not the padding."""
+    (eval mode, no grad), on the model's dynamic path: the real work, not the padding of a fixed-shape run."""
     counter = MacCounter()
     handles = counter.attach(model)
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), dynamic_path(model), counter:
+        with torch.no_grad(), counter:
             model(**data, mode=mode)
     finally:
         for h in handles:

@@ -21,7 +21,6 @@ from typing import List
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fsdlite.models.fsd.static import dynamic_path
 from fsdlite.models.layers.bn_fold import layer_by_layer
 
 from . import custom_rules  # noqa: F401  (registers the fsdlite op rules)
@@ -254,9 +253,8 @@ def strip_labels(obj, seen=None):
 def trace_channels(model, data, mode='tensor'):
     """Trace ``model(**data, mode=mode)`` (eval mode, no grad) and return the :class:`ChannelTracer`.
 
-    A fixed-shape model is traced on its dynamic path (:func:`~fsdlite.models.fsd.static.dynamic_path`): its
-    rulebook convs read the sparse-conv weights functionally, which the layer hooks would see as unknown parameter
-    use (every backbone channel frozen); for the same reason layers that read a gathered concatenation split
+    Models are traced on their dynamic path (the fixed-shape forward's rulebook convs read the sparse-conv weights
+    functionally, which the layer hooks would see as unknown parameter use); for the same reason layers that read a gathered concatenation split
     (``LinearNormAct.forward_gathered_concat``) are traced on the concatenation (:func:`layer_by_layer`).
 
     Args:
@@ -271,7 +269,7 @@ def trace_channels(model, data, mode='tensor'):
     model.eval()
     handles = tracer.attach(model)
     try:
-        with torch.no_grad(), dynamic_path(model), layer_by_layer(), tracer:
+        with torch.no_grad(), layer_by_layer(), tracer:
             output = model(**data, mode=mode)
         tracer.collect_outputs(output)
     finally:

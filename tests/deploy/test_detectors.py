@@ -79,7 +79,7 @@ def test_eager_runs_the_default_backend_and_predicts_like_the_reference(fsd_expo
     assert set(backends) == {'spconv'}
     backends.clear()
     eager = adapter.eager(kitti_frame.data)
-    assert set(backends) == {'fsdlite'} and adapter.model.static
+    assert set(backends) == {'fsdlite'} and adapter.model.bounds is not None
     assert adapter.compare_results(eager, reference).same
 
 

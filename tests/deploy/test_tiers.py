@@ -6,6 +6,7 @@ import torch
 
 from fsdlite.deploy import DeployedModel, export_model
 from fsdlite.deploy.adapter import Frame, PreOpsResult
+from fsdlite.deploy.fixed_shape import first_stage_rulebooks, fixed_inputs
 from fsdlite.deploy import prepare
 from fsdlite.deploy.tiers import Tier, check_tier_scales, run_on_tiers, select_tier
 from fsdlite.deploy.verify import format_checks, verify_deploy
@@ -203,9 +204,9 @@ def test_pre_ops_tile_the_exact_pairs_into_the_map_built_pair_lists(tiered_expor
         for tier in deployed.tiers:
             model = tier.adapter.model
             with torch.no_grad():
-                exact = model.static_inputs(prepared.inputs, strict=False, maps=prepared.maps)
-                maps = model.first_stage_rulebooks(prepared.inputs, strict=False, neighbour_maps=True)
-                by_maps = model.static_inputs(prepared.inputs, strict=False, maps=maps)
+                exact = fixed_inputs(model, prepared.inputs, strict=False, maps=prepared.maps)
+                maps = first_stage_rulebooks(model, prepared.inputs, strict=False, neighbour_maps=True)
+                by_maps = fixed_inputs(model, prepared.inputs, strict=False, maps=maps)
             assert torch.equal(exact.dropped, by_maps.dropped), (frame.name, tier.scale)
             assert len(exact.nbrs) == len(by_maps.nbrs)
             for name, a, b in zip(exact._fields, exact, by_maps):

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from fsdlite.models.lidar import SparseUNet
+from fsdlite.models.lidar.sparse_unet import using_conv_backend
 from fsdlite.models.layers.sparse_conv import RulebookSparseConv3d
 from fsdlite.ops import voxel_keys
 from fsdlite.utils import compat
@@ -298,11 +299,10 @@ def test_bad_conv_backend():
         SparseUNet(5, **GRID, **SMALL, conv_backend='cuda')
 
 
-def test_dynamic_path_sets_the_backend_and_hooks_see_every_conv():
+def test_using_conv_backend_sets_the_backend_and_hooks_see_every_conv():
     """Module hooks see each conv layer whatever the backend (the slim tracer and the cost counter rely on it);
-    inside ``dynamic_path(model, backend)`` every SparseUNet uses that backend, and the backend chosen before comes
-    back afterwards, also after an error."""
-    from fsdlite.models.fsd.static import dynamic_path
+    inside ``using_conv_backend(model, backend)`` every SparseUNet uses that backend, and the backend chosen before
+    comes back afterwards, also after an error."""
     outer = torch.nn.Sequential(SparseUNet(5, **GRID, **SMALL), SparseUNet(5, **GRID, **SMALL, conv_backend='fsdlite'))
     feats, coors = _voxels(30, 9)
     calls = []
@@ -310,7 +310,7 @@ def test_dynamic_path_sets_the_backend_and_hooks_see_every_conv():
     outer[0](feats, coors, 2)
     assert calls == [1]
     with pytest.raises(RuntimeError, match='stop'):
-        with dynamic_path(outer, 'spconv'):
+        with using_conv_backend(outer, 'spconv'):
             assert [m.conv_backend for m in outer] == ['spconv', 'spconv']
             outer[0](feats, coors, 2)
             raise RuntimeError('stop')

@@ -19,7 +19,7 @@ FAMILIES = {
     'segmentor': ('configs/segmentation/sparse_segmentor_synthetic.py',
                   dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16, 16)})),
     'fsd': ('configs/fsd/fsdlite_synthetic.py', _FSD),
-    'fsd_static': ('configs/fsd/fsdlite_synthetic_static.py', _FSD),  # fixed-shape mode: traced on its dynamic path
+    'fsd_static': ('configs/fsd/fsdlite_synthetic_static.py', _FSD),  # a config with fixed-shape bounds
     'fsdv2': ('configs/fsdv2/fsdv2lite_synthetic.py',
               dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
                                        'model.virtual_encoder.out_channels': 8,

@@ -9,6 +9,7 @@ from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
 
 from fsdlite.deploy.bound_measure import measure_bounds
+from fsdlite.deploy.fixed_shape import FixedShapeDetector
 from fsdlite.registry import DATASETS, MODELS
 from fsdlite.structures.bounds import BoundExceededError
 
@@ -19,8 +20,8 @@ SMALL = ['val_dataloader.dataset.num_frames=2', 'model.fg_sampler.max_per_class=
 
 def _model(cfg, bounds=None):
     torch.manual_seed(0)  # the tool's random weights
-    model = MODELS.build(dict(cfg.model.to_dict(), static=bounds is not None, bounds=bounds))
-    return model.eval().double()
+    model = MODELS.build(dict(cfg.model.to_dict(), bounds=bounds)).eval().double()
+    return model if bounds is None else FixedShapeDetector(model)
 
 
 def test_collect_bounds_measures_and_bounds_reproduce_dynamic(tools, capsys):
@@ -38,7 +39,7 @@ def test_collect_bounds_measures_and_bounds_reproduce_dynamic(tools, capsys):
     cfg.model.bbox_head.test_cfg.score_thr = 0.0
     dataset = DATASETS.build(cfg.val_dataloader.dataset)
     dynamic, static = _model(cfg), _model(cfg, bounds)
-    static.load_state_dict(dynamic.state_dict())
+    static.detector.load_state_dict(dynamic.state_dict())
     worst = {}
     for i in range(2):
         inputs = dynamic.data_preprocessor(pseudo_collate([dataset[i]]), False)['inputs']

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fsdlite.deploy import fixed_shape
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,7 +38,9 @@ def test_stages_are_timed_from_outside_and_restored(fsd_latency, shared_data, de
     assert pred.bboxes_3d.shape[1] == 7
     # the model is left as it was: no timing wrapper stays on an instance
     wrapped = [f'{name}.{attr}' for name, module in model.named_modules()
-               for attr in ('forward', 'predict', 'nms', 'instances', 'static_inputs', 'static_instances', 'conv_plan')
+               for attr in ('forward', 'predict', 'nms', 'instances', 'static_instances', 'conv_plan')
                if attr in vars(module)]
     assert not wrapped
-    assert type(model.fg_sampler).__name__ == 'ForegroundSampler' and 'select_padded' not in vars(model.fg_sampler)
+    detector = getattr(model, 'detector', model)  # the fixed-shape run wraps the detector (FixedShapeDetector)
+    assert type(detector.fg_sampler).__name__ == 'ForegroundSampler' and 'select_padded' not in vars(detector.fg_sampler)
+    assert fixed_shape.fixed_inputs.__name__ == 'fixed_inputs'  # the pre-ops function is restored too

@@ -104,3 +104,43 @@ def test_amp_and_launcher_errors_on_cpu(tools, tmp_path, capsys, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     err = _exit_message(train.main, [tools.seg_config, '--work-dir', str(tmp_path), '--launcher', 'pytorch'], capsys)
     assert 'torchrun' in err and 'RANK' in err
+
+
+FSD_STATIC = 'configs/fsd/fsdlite_synthetic_static.py'
+
+
+def test_test_tool_fixed_shape_matches_the_dynamic_run(tools, tmp_path, capsys, monkeypatch):
+    """``--fixed-shape`` evaluates the detector through pre-ops, the fixed-shape forward and NMS
+    (FixedShapeDetector): with bounds that hold the frames the evaluator sees the dynamic run's boxes and scores and
+    computes the same metrics; a config without bounds is refused with exit status 2."""
+    from mmengine.config import Config
+
+    from fsdlite.deploy.fixed_shape import FixedShapeDetector
+    from fsdlite.evaluation.metrics.det_metric import DetMetric
+    from fsdlite.registry import MODELS
+    test = tools.load('test')
+    torch.manual_seed(0)
+    model = MODELS.build(Config.fromfile(str(tools.repo / FSD_STATIC)).model)
+    checkpoint = tmp_path / 'random.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta=dict()), checkpoint)
+    options = ['test_dataloader.dataset.num_frames=2', 'model.bbox_head.test_cfg.score_thr=0.0',
+               'model.bounds.max_points=40000', 'model.bounds.max_voxels=[16000,16000,8000]',
+               'model.bounds.max_pairs=[200000,200000,200000,200000,200000]', 'model.bounds.max_clusters=4096',
+               'model.bounds.max_boxes=4096', 'model.bounds.max_cc_iters=64']
+    runners, build = [], test.build_runner
+    monkeypatch.setattr(test, 'build_runner', lambda cfg: runners.append(build(cfg)) or runners[-1])
+    seen, process = [], DetMetric.process
+    monkeypatch.setattr(DetMetric, 'process', lambda self, batch, samples: seen.extend(
+        s['pred_instances_3d'] for s in samples) or process(self, batch, samples))
+    fixed = test.main([FSD_STATIC, str(checkpoint), '--fixed-shape', '--work-dir', str(tmp_path / 'fixed'),
+                       '--cfg-options', *options])
+    dynamic = test.main([FSD_STATIC, str(checkpoint), '--work-dir', str(tmp_path / 'dyn'), '--cfg-options', *options])
+    assert isinstance(runners[0].model, FixedShapeDetector) and not isinstance(runners[1].model, FixedShapeDetector)
+    assert len(seen) == 4 and sum(p['bboxes_3d'].shape[0] for p in seen) > 0
+    for a, b in zip(seen[:2], seen[2:]):  # frame by frame: fixed-shape run, dynamic run
+        torch.testing.assert_close(a['bboxes_3d'], b['bboxes_3d'], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(a['scores_3d'], b['scores_3d'], rtol=1e-4, atol=1e-5)
+    assert fixed.keys() == dynamic.keys() and all(fixed[k] == pytest.approx(dynamic[k], abs=1e-6) for k in fixed)
+    err = _exit_message(test.main, [tools.seg_config, str(checkpoint), '--fixed-shape', '--work-dir',
+                                    str(tmp_path / 'seg'), '--cfg-options', *tools.small], capsys)
+    assert '--fixed-shape needs a detector config with bounds' in err and 'SparseSegmentor' in err

@@ -57,9 +57,9 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         bbox_head (dict): a ``ClusterHead`` config; ``in_channels`` and ``num_classes`` come from the model.
         data_preprocessor (dict): e.g. ``LidarDataPreprocessor``.
         voxel_size, point_range: the segmentor's voxel grid, shared by every part (see SparseSegmentor).
-        static (bool): run inference ('predict', 'tensor') on fixed shapes (:mod:`.static`); training always
-            runs the dynamic path with the same weights.  Subclasses call ``_init_static`` last.
-        bounds (dict): the fixed-shape bounds (:meth:`bound_schema`), required when ``static``.
+        bounds (dict): the bounds of the fixed-shape forward (:meth:`bound_schema`, :mod:`.static`), needed to run or
+            export it (``fsdlite.deploy``); the model itself always runs the dynamic path.  Subclasses call
+            ``_init_static`` last.
 
     ``forward`` modes (SparseSegmentor's dispatch): 'loss' -> dict of losses and logged counts;
     'predict' -> data samples with ``pred_instances_3d`` (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,),
@@ -119,8 +119,6 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         return seg_outputs, inst, cls_logits, box_codes
 
     def _head_outputs(self, inputs):
-        if self.static:
-            return self.run_static(inputs)[1]
         if inputs['voxel_coors'].shape[0] == 0:
             return None
         seg_outputs, inst, cls_logits, box_codes = self._forward_instances(inputs, self.training)
@@ -145,8 +143,6 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
 
     def predict(self, inputs, data_samples=None):
         """Boxes per sample in ``pred_instances_3d`` (empty when a sample has no voxel or detection)."""
-        if self.static:
-            return self.predict_static(inputs, data_samples)
         device = inputs['points'].device
         boxes, scores = torch.zeros(0, 7, device=device), torch.zeros(0, device=device)
         labels = batch = torch.zeros(0, dtype=torch.int64, device=device)

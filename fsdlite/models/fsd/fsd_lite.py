@@ -27,7 +27,7 @@ class FSDLite(SparseDetectorBase):
             come from the model).
         sir (dict): a ``SIR`` config; ``in_channels`` defaults to the SIR input width
             (neck channels + point features beyond xyz + 3 for the vote offset).
-        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.fsd.static`); besides the common
+        bounds: of the fixed-shape forward (see :mod:`~fsdlite.models.fsd.static`); besides the common
             bounds FSD-lite needs ``max_clusters`` and ``max_cc_iters`` (iterations of the label propagation
             that replaces connected components).
         **kwargs: see :class:`~fsdlite.models.fsd.detector_base.SparseDetectorBase`.
@@ -35,7 +35,7 @@ class FSDLite(SparseDetectorBase):
     """
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, cluster_assigner, sir, bbox_head,
-                 data_preprocessor=None, voxel_size=None, point_range=None, static=False, bounds=None,
+                 data_preprocessor=None, voxel_size=None, point_range=None, bounds=None,
                  init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
                          data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
@@ -45,7 +45,7 @@ class FSDLite(SparseDetectorBase):
         sir_in = self.neck.out_channels + self.voxel_encoder.in_channels - 3 + 3
         self.sir = build_module(sir, in_channels=sir_in)
         self.build_bbox_head(self.sir.out_channels)
-        self._init_static(static, bounds)
+        self._init_static(bounds)
 
     def instance_bounds(self):
         """``max_clusters`` and ``max_cc_iters`` (iterations of the label propagation), one int each."""

@@ -40,7 +40,7 @@ class FSDv2Lite(SparseDetectorBase):
         virtual_vfe (dict): ``DynamicVFE`` config over the virtual voxel grid: its ``voxel_size`` (required)
             and ``point_range`` (default: the model's) define the virtual voxels; ``in_channels`` filled in.
         mixer (dict): ``VirtualVoxelMixer`` config (``in_channels`` and the virtual grid filled in).
-        static, bounds: fixed-shape mode (see :mod:`~fsdlite.models.fsd.static`); besides the common bounds
+        bounds: of the fixed-shape forward (see :mod:`~fsdlite.models.fsd.static`); besides the common bounds
             FSDv2-lite needs ``max_virtual_voxels`` (one per mixer level; level 0 = voxels of the virtual grid,
             real and virtual points together). The mixer's rulebooks are built inside the graph
             (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`).
@@ -48,7 +48,7 @@ class FSDv2Lite(SparseDetectorBase):
     """
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, virtual_encoder, virtual_vfe, mixer,
-                 bbox_head, data_preprocessor=None, voxel_size=None, point_range=None, static=False, bounds=None,
+                 bbox_head, data_preprocessor=None, voxel_size=None, point_range=None, bounds=None,
                  init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
                          data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
@@ -64,7 +64,7 @@ class FSDv2Lite(SparseDetectorBase):
         grid = dict(voxel_size=self.virtual_vfe.voxel_size, point_range=self.virtual_vfe.point_range)
         self.mixer = build_module(mixer, in_channels=self.virtual_vfe.out_channels, **grid)
         self.build_bbox_head(self.mixer.out_channels)
-        self._init_static(static, bounds)
+        self._init_static(bounds)
 
     def instance_bounds(self):
         """``max_virtual_voxels`` (one per mixer level) and optional ``max_virtual_pairs`` (one per mixer

@@ -4,10 +4,13 @@ A plain stack of conv blocks run on a :class:`~fsdlite.models.layers.sparse_tens
 shares the kernel maps; fixed-shape runs take padded maps from :class:`~fsdlite.models.layers.conv_plan.ConvPlan`
 (:meth:`SparseUNet.conv_plan`).  The convolutions run in :func:`~fsdlite.models.layers.sparse_conv.sparse_conv`.
 """
+import contextlib
+
 import torch
 from torch import nn
 
 from fsdlite.registry import MODELS
+from fsdlite.utils.compat import spconv_available
 
 from ..layers.channels import stage_channels
 from ..layers.conv_plan import ConvPlan
@@ -225,4 +228,21 @@ class SparseUNet(nn.Module):
         return x
 
 
-__all__ = ['SparseUNet']
+@contextlib.contextmanager
+def using_conv_backend(model, conv_backend):
+    """Inside the block every ``SparseUNet`` of ``model`` runs its convolutions on ``conv_backend`` (``'spconv'``,
+    ``'fsdlite'`` or ``'auto'``; None changes nothing); the previous settings come back afterwards.  ``'spconv'``
+    falls back to ``'auto'`` where spconv does not import (the same values).  Yields ``model``."""
+    backends = [(m, m.conv_backend) for m in model.modules() if isinstance(m, SparseUNet)]
+    if conv_backend is not None:
+        runnable = conv_backend != 'spconv' or spconv_available()
+        for module, _ in backends:
+            module.conv_backend = conv_backend if runnable else 'auto'
+    try:
+        yield model
+    finally:
+        for module, backend in backends:
+            module.conv_backend = backend
+
+
+__all__ = ['SparseUNet', 'using_conv_backend']

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from fsdlite.deploy.bound_measure import measure_bounds
+from fsdlite.deploy.detector import DetectorGraph
+from fsdlite.deploy.fixed_shape import FixedShapeDetector, fixed_inputs
 from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import scale_bounds
 from fsdlite.utils import compat
@@ -106,14 +108,15 @@ def test_predict_and_the_cpu_agree(kit, gpu, family):
 
 @pytest.mark.parametrize('family', ['fsd', 'fsdv2'])
 def test_static_equals_dynamic(kit, gpu, family):
-    """The fixed-shape twin (bounds measured on this device's dynamic path, exactly at the needed sizes) gives the
+    """The fixed-shape run (bounds measured on this device's dynamic path, exactly at the needed sizes) gives the
     dynamic model's boxes and scores on the device."""
     dynamic = build(kit, family, seed=2).double().eval().to(gpu)
     data = batch(kit, seeds=(9, 10))
     inputs = preprocess(dynamic, data, False)['inputs']
     bounds = scale_bounds(measure_bounds(dynamic, inputs), 1.0)
-    static = MODELS.build(dict(config(kit, family), static=True, bounds=bounds)).double().eval().to(gpu)
+    static = MODELS.build(dict(config(kit, family), bounds=bounds)).double().eval().to(gpu)
     static.load_state_dict(dynamic.state_dict(), strict=True)
+    static = FixedShapeDetector(static)
     with torch.no_grad():
         raw_d, raw_s = dynamic(inputs, mode='tensor'), static(inputs, mode='tensor')
         pred_d, pred_s = dynamic(inputs, mode='predict'), static(inputs, mode='predict')
@@ -140,11 +143,11 @@ def test_fixed_shape_forward_replays_as_a_cuda_graph(kit, gpu, family):
     first, second = (preprocess(dynamic, batch(kit, seeds=s), False)['inputs'] for s in ((11, 12), (13, 14)))
     bounds = {k: [max(a, b) for a, b in zip(v, w)] if isinstance(v, list) else max(v, w) for (k, v), w in
               zip(measure_bounds(dynamic, first).items(), measure_bounds(dynamic, second).values())}
-    static = MODELS.build(dict(config(kit, family), static=True, bounds=scale_bounds(bounds, 1.2))).eval().to(gpu)
+    static = MODELS.build(dict(config(kit, family), bounds=scale_bounds(bounds, 1.2))).eval().to(gpu)
     static.load_state_dict(dynamic.state_dict(), strict=True)
-    module = static.static_graph(batch_size=2)
+    module = DetectorGraph(static, 2, ('boxes', 'scores', 'labels', 'box_batch', 'num_boxes', 'dropped'))
     with torch.no_grad():
-        si = static.static_inputs(first)
+        si = fixed_inputs(static, first)
         buffers = [t.clone() for t in (*si[:6], *si.nbrs)]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -154,7 +157,7 @@ def test_fixed_shape_forward_replays_as_a_cuda_graph(kit, gpu, family):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outputs = module(*buffers)
-        si = static.static_inputs(second)
+        si = fixed_inputs(static, second)
         for buffer, value in zip(buffers, (*si[:6], *si.nbrs)):
             buffer.copy_(value)
         graph.replay()

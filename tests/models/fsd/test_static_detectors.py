@@ -1,4 +1,4 @@
-"""static=True FSD-lite / FSDv2-lite against their dynamic mode with the same random weights (float64, low
+"""The fixed-shape run of FSD-lite / FSDv2-lite (fsdlite.deploy.fixed_shape) against their dynamic mode with the same random weights (float64, low
 thresholds so that many boxes come out): the KITTI frame (open-mmlab/mmdetection3d@fe25f7a:demo/data/kitti/
 000008.bin), the nuScenes keyframe (same commit, demo/data/nuscenes/...LIDAR_TOP...pcd.bin, cropped) and
 synthetic scenes give the same boxes and scores; every bound raises with its name, needed and allowed size;
@@ -10,6 +10,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fsdlite.deploy.bound_measure import measure_bounds
+from fsdlite.deploy.detector import DetectorGraph
+from fsdlite.deploy.fixed_shape import FixedShapeDetector, fixed_inputs, predict_fixed_shape
 from fsdlite.registry import MODELS
 from fsdlite.structures.bounds import BoundExceededError, scale_bounds
 
@@ -34,9 +36,10 @@ def dynamic_model(kit, name, point_range, seed=0):
 
 
 def static_twin(kit, name, point_range, dynamic, bounds):
-    model = MODELS.build(dict(model_cfg(kit, name, point_range), static=True, bounds=bounds)).double().eval()
+    """The same weights with ``bounds``, wrapped so that 'predict' / 'tensor' run the fixed-shape run."""
+    model = MODELS.build(dict(model_cfg(kit, name, point_range), bounds=bounds)).double().eval()
     model.load_state_dict(dynamic.state_dict(), strict=True)
-    return model
+    return FixedShapeDetector(model)
 
 
 def preprocess(model, clouds):
@@ -72,7 +75,7 @@ def assert_same(dynamic, static, inputs):
     assert torch.equal(raw_s['instance_batch'][:k], raw_d['instance_batch'])
     if raw_d['instance_labels'] is not None:
         assert torch.equal(raw_s['instance_labels'][:k], raw_d['instance_labels'])
-    assert raw_s['dropped'].tolist() == [0] * len(static.dropped_names('graph'))
+    assert raw_s['dropped'].tolist() == [0] * len(static.detector.dropped_names('graph'))
     total = 0
     for a, b in zip(pred_d, pred_s):
         a, b = a.pred_instances_3d, b.pred_instances_3d
@@ -133,7 +136,7 @@ def test_every_bound_raises_with_name_needed_and_allowed(kit, name):
         assert (err.value.name, err.value.needed, err.value.allowed) == (label, value, value - 1)
         assert f'bound {label} exceeded: needed {value}, allowed {value - 1}' in str(err.value)
         checked.add(key)
-    assert checked == {spec.name for spec in static.bound_schema()}
+    assert checked == {spec.name for spec in static.detector.bound_schema()}
 
 
 @pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
@@ -142,9 +145,9 @@ def test_exporting_truncates_and_reports_dropped(kit, name):
     bounds = scale_bounds(needed, 1.0)
     bounds['max_boxes'] = needed['max_boxes'] - 5
     bounds['max_points'] = needed['max_points'] - 3
-    static = static_twin(kit, name, kit.RANGE, dynamic, bounds)
+    static = static_twin(kit, name, kit.RANGE, dynamic, bounds).detector
     with torch.no_grad():
-        si = static.static_inputs(inputs, strict=False)
+        si = fixed_inputs(static, inputs, strict=False)
         out = static.forward_static(*si[:6], si.nbrs, inputs['batch_size'], strict=False)
     assert si.dropped[0] == 3 and int(si.num_points) == bounds['max_points']
     names = static.dropped_names('graph')
@@ -153,6 +156,7 @@ def test_exporting_truncates_and_reports_dropped(kit, name):
     assert bool((out['scores'][:-1] >= out['scores'][1:]).all())  # best first
 
 
+GRAPH_OUTPUTS = ('boxes', 'scores', 'labels', 'box_batch', 'num_boxes', 'dropped')
 FORBIDDEN = {'nonzero', 'nonzero_static', 'unique', '_unique', '_unique2', 'unique_dim', 'unique_consecutive',
              'masked_select', 'masked_scatter', 'argwhere',
              '_local_scalar_dense'}  # a host read (.item(), int(t)): no CUDA graph can hold it
@@ -179,24 +183,24 @@ class OpRecorder(TorchDispatchMode):
 @pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
 def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name):
     dynamic, inputs, needed = small_case(kit, name)
-    static = static_twin(kit, name, kit.RANGE, dynamic, scale_bounds(needed, 1.5))
+    static = static_twin(kit, name, kit.RANGE, dynamic, scale_bounds(needed, 1.5)).detector
     one = preprocess(dynamic, synthetic_clouds(kit)[:1])
     two = preprocess(dynamic, synthetic_clouds(kit)[::-1])
     recorded = []
     for batch in (one, two):
-        si = static.static_inputs(batch)
+        si = fixed_inputs(static, batch)
         monkeypatch.setattr(torch.compiler, '_is_compiling_flag', True)  # as while exporting: no eager checks
         with torch.no_grad(), OpRecorder() as rec:
             out = static.forward_static(*si[:6], si.nbrs, batch_size=batch['batch_size'])
         recorded.append(rec.ops)
         assert out['dropped'].tolist() == [0] * len(static.dropped_names('graph'))
-        graph = static.static_graph(batch['batch_size'])  # the export wrapper: flat tensors in and out
+        graph = DetectorGraph(static, batch['batch_size'], GRAPH_OUTPUTS)  # the export wrapper: flat tensors
         with torch.no_grad():
             flat = graph(*si[:6], *si.nbrs)
         monkeypatch.setattr(torch.compiler, '_is_compiling_flag', False)
-        assert len(flat) == len(graph.output_names) and graph.dropped_names == static.dropped_names('graph')
-        for name_, value in zip(graph.output_names, flat):
-            assert torch.equal(value, out[name_]), name_
+        assert len(flat) == len(GRAPH_OUTPUTS) and len(out['dropped']) == len(static.dropped_names('graph'))
+        for name_, value in zip(GRAPH_OUTPUTS, flat):
+            assert torch.equal(value, out['batch' if name_ == 'box_batch' else name_]), name_
     # same op sequence for one sample and for two different samples: no data-dependent control flow and no
     # Python loop over samples in the fixed-shape forward
     assert recorded[0] == recorded[1] and len(recorded[0]) > 100
@@ -205,25 +209,28 @@ def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name)
 def test_static_config_validation(kit):
     cfg = model_cfg(kit, 'fsd', kit.RANGE)
     good = dict(max_points=100, max_voxels=[50, 50], max_fg_points=10, max_boxes=5, max_clusters=5, max_cc_iters=4)
-    model = MODELS.build(dict(cfg, static=True, bounds=good))
+    model = MODELS.build(dict(cfg, bounds=good))
     assert model.bounds['max_fg_points'] == (10, 10, 10)  # a scalar bound is shared by every class
     with pytest.raises(ValueError, match=r"missing \['max_cc_iters'\], unknown \['max_virtual_voxels'\]"):
-        MODELS.build(dict(cfg, static=True, bounds=dict({k: v for k, v in good.items() if k != 'max_cc_iters'},
+        MODELS.build(dict(cfg, bounds=dict({k: v for k, v in good.items() if k != 'max_cc_iters'},
                                                         max_virtual_voxels=3)))
     with pytest.raises(ValueError, match='max_voxels needs 2 entries'):
-        MODELS.build(dict(cfg, static=True, bounds=dict(good, max_voxels=[50, 50, 50])))
+        MODELS.build(dict(cfg, bounds=dict(good, max_voxels=[50, 50, 50])))
     with pytest.raises(ValueError, match='max_boxes must be one int'):
-        MODELS.build(dict(cfg, static=True, bounds=dict(good, max_boxes=[5, 5])))
-    with pytest.raises(ValueError, match='static=True needs bounds'):
-        MODELS.build(dict(cfg, static=True))
+        MODELS.build(dict(cfg, bounds=dict(good, max_boxes=[5, 5])))
     with pytest.raises(ValueError, match='positive int'):
-        MODELS.build(dict(cfg, static=True, bounds=dict(good, max_points=0)))
-    # training always runs the dynamic path; the fixed-shape path needs eval mode
+        MODELS.build(dict(cfg, bounds=dict(good, max_points=0)))
+    # training runs the dynamic path; the fixed-shape run needs eval mode and bounds
     data = kit.collate([kit.make_scene(1)])
     losses = model(**model.data_preprocessor(data, True), mode='loss')
     assert torch.isfinite(sum(v for k, v in losses.items() if k.startswith('loss')))
+    inputs = model.data_preprocessor(data, False)['inputs']
     with pytest.raises(RuntimeError, match='model.eval'):
-        model(**model.data_preprocessor(data, False), mode='predict')
+        predict_fixed_shape(model, inputs)
+    with pytest.raises(ValueError, match='needs bounds'):
+        predict_fixed_shape(MODELS.build(cfg).eval(), inputs)
+    with pytest.raises(ValueError, match="mode must be 'predict' or 'tensor'"):
+        FixedShapeDetector(model)(inputs, mode='loss')
 
 
 @pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
@@ -231,7 +238,7 @@ def test_static_empty_cloud(kit, name):
     torch.manual_seed(0)
     bounds = dict(max_points=64, max_voxels=[32, 32], max_fg_points=8, max_boxes=8)
     bounds.update(dict(max_clusters=8, max_cc_iters=4) if name == 'fsd' else dict(max_virtual_voxels=[16, 16]))
-    model = MODELS.build(dict(model_cfg(kit, name, kit.RANGE), static=True, bounds=bounds)).eval()
+    model = FixedShapeDetector(MODELS.build(dict(model_cfg(kit, name, kit.RANGE), bounds=bounds)))
     data = dict(inputs=dict(points=[torch.zeros(0, 4), torch.tensor([[100.0, 0, 0, 0]])]))
     with torch.no_grad():
         samples = model(**model.data_preprocessor(data, False), mode='predict')
@@ -250,7 +257,6 @@ def test_static_configs_build_and_cover_the_kitti_frame(shared_data, path):
     from mmengine.config import Config
     cfg = Config.fromfile(Path(__file__).resolve().parents[3] / path)
     model = MODELS.build(cfg.model).eval()
-    assert model.static == path.endswith('_static.py')
     assert set(model.bounds) == {spec.name for spec in model.bound_schema()}  # max_pairs: pair lists
     if STATIC_CONFIGS[path] == 'kitti':
         inputs = model.data_preprocessor(dict(inputs=dict(points=kitti_cloud(shared_data))), False)['inputs']
