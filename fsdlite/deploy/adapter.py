@@ -13,12 +13,12 @@ Adapters register under the model type names they serve (``cfg.model.type``) in 
 :data:`fsdlite.registry.DEPLOY_ADAPTERS` (``@DEPLOY_ADAPTERS.register_module(['FSDLite', 'FSDv2Lite'])``; a plugin
 registers its own the same way); :func:`adapter_class` looks one up.
 """
-import contextlib
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from ..models.layers.execution import fixed_shapes
 from ..registry import DEPLOY_ADAPTERS
 from .decisions import DecisionChecks
 
@@ -106,8 +106,10 @@ class DeployAdapter:
         raise NotImplementedError
 
     def export_context(self):
-        """Context manager active while exporting (e.g. pure-torch kernels instead of fsdlite.ops)."""
-        return contextlib.nullcontext()
+        """Context manager active while exporting: the fixed execution mode
+        (:func:`~fsdlite.models.layers.execution.fixed_shapes`: dump-slot forms, e.g. the kernel-point layers'
+        pure-torch ONNX formulation instead of fsdlite.ops)."""
+        return fixed_shapes()
 
     def dropped_names(self):
         """Names of the entries of the graph's ``dropped`` output (empty when the graph has none)."""

@@ -5,16 +5,13 @@ Outside the graph (eager, ``fsdlite.ops``): the data preprocessor's pyramid (``g
 the per-level bounds ``max_points[l]`` with the shadow index moved to the bound (a shadow row is zero);
 after the graph: softmax, projection of level-0 scores to every input point, per-sample split.  Inside: the
 encoder, decoder and head on the padded pyramid, with the kernel-point layers' ONNX formulation
-(``impl='export'``: the math of the ``fsdlite.ops.kpconv`` / ``kp_aggregate`` references with Gather, one GEMM
+(in the fixed execution mode: the math of the ``fsdlite.ops.kpconv`` / ``kp_aggregate`` references with Gather, one GEMM
 for the kernel-point distances and MatMul contractions, see ``fsdlite.models.kpconv.export_forms``) while
 exporting.
 """
-import contextlib
-
 import torch
 
 from ..models.kpconv.data_preprocessor import KPPyramid
-from ..models.kpconv.kp_base import KernelPointLayer
 from ..registry import DEPLOY_ADAPTERS
 from ..structures import Det3DDataSample, PointData
 from .adapter import DeployAdapter, Frame, GraphModule, PreOpsResult
@@ -144,21 +141,6 @@ class KPFCNNAdapter(DeployAdapter):
     def graph_module(self):
         """A :class:`KPFCNNGraph`."""
         return KPFCNNGraph(self.model, self.levels)
-
-    def export_context(self):
-        """Kernel-point layers use their ONNX formulation (``impl='export'``) while exporting."""
-        @contextlib.contextmanager
-        def export_impl():
-            layers = [m for m in self.model.modules() if isinstance(m, KernelPointLayer)]
-            saved = [m.impl for m in layers]
-            try:
-                for m in layers:
-                    m.impl = 'export'
-                yield
-            finally:
-                for m, impl in zip(layers, saved):
-                    m.impl = impl
-        return export_impl()
 
     def outside_graph(self):
         """Padded neighbour pyramid before; softmax, projection to the input points and split after."""

@@ -94,12 +94,6 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         """Build :class:`Instances` from the foreground points (implemented by subclasses)."""
         raise NotImplementedError
 
-    def extract_feat(self, inputs):
-        """(P, C_neck) point features of the kept points (requires V >= 1)."""
-        voxel_feats, _ = self.voxel_encoder(inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
-        voxel_feats = self.backbone(voxel_feats, inputs['voxel_coors'], inputs['batch_size'])
-        return self.neck(voxel_feats, inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
-
     def _forward_instances(self, inputs, training, return_fg=False):
         """Run everything up to the box head; returns (seg_outputs, Instances, cls_logits, box_codes) (+ the
         foreground points with ``return_fg``)."""

@@ -6,12 +6,10 @@ ClusterHead (one box per cluster, relative to the cluster's mean voted centre) -
 """
 import torch
 
-from fsdlite.ops import segment_reduce
-
 from ...registry import MODELS
 from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
-from ..layers.static_ops import gather_rows, static_segment_reduce
+from ..layers.execution import gather, segment_reduce
 from .detector_base import Instances, SparseDetectorBase, build_task_util
 from .indexing import mask_to_index
 from .static import PaddedInstances
@@ -57,26 +55,32 @@ class FSDLite(SparseDetectorBase):
         keep = mask_to_index(clusters.point_cluster >= 0)
         point, cluster, centre = (t.index_select(0, keep) for t in (fg.point_index, clusters.point_cluster,
                                                                       fg.centre))
-        num = clusters.num_clusters
-        cluster_xyz = segment_reduce(centre, cluster, num, 'mean')
-        points = inputs['points'].index_select(0, point)
-        xyz = points[:, :3]
-        feats = torch.cat([point_feats.index_select(0, point), points[:, 3:], centre - xyz], dim=1)
-        cluster_feats, _ = self.sir(feats, xyz, cluster, num, cluster_xyz)
+        cluster_feats, cluster_xyz = self.encode_clusters(inputs['points'], point_feats, point, centre, cluster,
+                                                          clusters.num_clusters)
         stats = dict(num_grouping_dropped=int(clusters.num_dropped))
         return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)
+
+    def encode_clusters(self, points, point_feats, point, centre, cluster, num_clusters):
+        """SIR features (K, D) and mean voted centres (K, 3) of K = ``num_clusters`` clusters.
+
+        Args:
+            points (Tensor): (N, C) points; point_feats (Tensor): (N, C_neck) their features.
+            point (Tensor): (P,) int64 row of each foreground point; centre (Tensor): (P, 3) its voted centre.
+            cluster (Tensor): (P,) int64 its cluster (in the fixed execution mode ``K`` is the dump slot).
+        """
+        cluster_xyz = segment_reduce(centre, cluster, num_clusters, 'mean')
+        fg_points = gather(points, point)
+        xyz = fg_points[:, :3]
+        feats = torch.cat([gather(point_feats, point), fg_points[:, 3:], centre - xyz], dim=1)
+        return self.sir(feats, xyz, cluster, num_clusters, cluster_xyz)[0], cluster_xyz
 
     def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
         """Fixed-shape :meth:`instances`: padded grouping (``max_clusters`` clusters) and SIR with dump slots."""
         k = self.bounds['max_clusters']
         clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
                                    batch_size, k, self.bounds['max_cc_iters'], strict=strict)
-        cluster = clusters.point_cluster
-        cluster_xyz = static_segment_reduce(fg.centre, cluster, k, 'mean')
-        xyz = gather_rows(points[:, :3], fg.point_index)
-        feats = torch.cat([gather_rows(point_feats, fg.point_index), gather_rows(points[:, 3:], fg.point_index),
-                           fg.centre - xyz], dim=1)
-        cluster_feats, _ = self.sir(feats, xyz, cluster, k, cluster_xyz, padded=True)
+        cluster_feats, cluster_xyz = self.encode_clusters(points, point_feats, fg.point_index, fg.centre,
+                                                          clusters.point_cluster, k)
         valid = torch.arange(k, device=points.device) < clusters.num_clusters
         return PaddedInstances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, valid,
                                clusters.num_clusters, clusters.dropped)

@@ -12,7 +12,8 @@ from fsdlite import ops
 from ...registry import MODELS
 from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
-from ..layers.static_ops import gather_rows, static_segment_reduce, static_voxelize
+from ..layers.execution import segment_reduce
+from ..layers.static_ops import gather_rows, static_voxelize
 from .detector_base import Instances, SparseDetectorBase
 from .graph_rulebook import GraphRulebookOps
 from .indexing import mask_to_index, mask_to_padded_index
@@ -85,12 +86,8 @@ class FSDv2Lite(SparseDetectorBase):
         point2voxel = vox.point2voxel[included]
         xyz = cloud.xyz[included]
         num_voxels = vox.voxel_coors.shape[0]
-        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, cloud.feats[included]], dim=1), point2voxel,
-                                          vox.voxel_coors)
-        mixed = self.mixer(voxel_feats, vox.voxel_coors, inputs['batch_size'])
-        virtual = cloud.is_virtual[included].to(xyz.dtype)
-        count = ops.segment_reduce(virtual, point2voxel, num_voxels, 'sum')
-        centre_sum = ops.segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
+        mixed, count, centre_sum = self.mix_virtual_voxels(xyz, cloud.feats[included], cloud.is_virtual[included],
+                                                           point2voxel, vox.voxel_coors, inputs['batch_size'])
         keep = mask_to_index(count > 0)
         ref = centre_sum[keep] / count[keep, None]
         outside_virtual = int((~inside & cloud.is_virtual).sum())
@@ -99,20 +96,37 @@ class FSDv2Lite(SparseDetectorBase):
                      num_virtual_grid_voxels=num_voxels)
         return Instances(mixed[keep], ref.detach(), vox.voxel_coors[keep, 0], None, stats)
 
+    def mix_virtual_voxels(self, xyz, feats, is_virtual, point2voxel, voxel_coors, batch_size, kernel_maps=None):
+        """Encode and mix the virtual grid's voxels; count the virtual points of each and sum their positions.
+
+        Args:
+            xyz (Tensor): (P, 3) real and virtual points; feats (Tensor): (P, F) their encoded features;
+            is_virtual (Tensor): (P,) bool.
+            point2voxel (Tensor): (P,) int64 voxel of each point (in the fixed execution mode V is the dump slot);
+            voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]`` on the virtual grid; batch_size (int): B.
+            kernel_maps (Sequence[KernelMap], optional): the mixer's padded maps (fixed-shape run).
+        Returns:
+            tuple: mixed features (V, D), virtual points per voxel (V,), sum of their positions (V, 3).
+        """
+        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), point2voxel, voxel_coors)
+        mixed = self.mixer(voxel_feats, voxel_coors, batch_size, kernel_maps=kernel_maps)
+        virtual = is_virtual.to(xyz.dtype)
+        num_voxels = voxel_coors.shape[0]
+        count = segment_reduce(virtual, point2voxel, num_voxels, 'sum')
+        return mixed, count, segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
+
     def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
         """Fixed-shape :meth:`instances`: ``static_voxelize`` of real + virtual points, in-graph mixer rulebooks."""
         bounds = self.bounds['max_virtual_voxels']
         n, p = points.shape[0], fg.point_index.shape[0]
         num_points = torch.as_tensor(num_points, device=points.device).reshape(())
-        cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], points, batch, fg, padded=True)
+        cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], points, batch, fg)
         order = valid_first(num_points, fg.num_valid, n, p)
         xyz, feats = cloud.xyz.index_select(0, order), cloud.feats.index_select(0, order)
         vox = static_voxelize(xyz.detach(), num_points + fg.num_valid, self.virtual_vfe.voxel_size,
                               self.virtual_vfe.point_range, bounds[0], batch=cloud.batch.index_select(0, order),
                               batch_size=batch_size, dense_keys=True, strict=strict,
                               bound_name='max_virtual_voxels[0]')
-        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), vox.point2voxel, vox.voxel_coors,
-                                          padded=True)
         plan = self.mixer.conv_plan()
         maps, _, dropped = plan.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
                                                 ops=GraphRulebookOps(batch_size), bound_name='max_virtual_voxels',
@@ -124,10 +138,8 @@ class FSDv2Lite(SparseDetectorBase):
             maps = plan.tiled_kernel_maps(pair_lists, bounds)
         else:
             maps = plan.dense_kernel_maps(maps, bounds)
-        mixed = self.mixer(voxel_feats, kernel_maps=maps)
-        virtual = cloud.is_virtual.index_select(0, order).to(xyz.dtype)
-        count = static_segment_reduce(virtual, vox.point2voxel, bounds[0], 'sum')
-        centre_sum = static_segment_reduce(xyz * virtual[:, None], vox.point2voxel, bounds[0], 'sum')
+        mixed, count, centre_sum = self.mix_virtual_voxels(xyz, feats, cloud.is_virtual.index_select(0, order),
+                                                           vox.point2voxel, vox.voxel_coors, batch_size, maps)
         rows, num, _ = mask_to_padded_index(count > 0, bounds[0])
         ref = gather_rows(centre_sum, rows) / gather_rows(count, rows).clamp(min=1)[:, None]
         inst_batch = gather_rows(vox.voxel_coors[:, 0], rows)

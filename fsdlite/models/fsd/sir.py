@@ -14,9 +14,8 @@ import torch
 from mmengine.model import BaseModule
 from torch import nn
 
-from fsdlite.ops import segment_max
-
 from ...registry import MODELS
+from ..layers.execution import gather, segment_reduce
 from ..layers.mlp import LinearNormAct
 
 LN_CFG = dict(type='LN')
@@ -48,29 +47,21 @@ class SIRBlock(nn.Module):
         self.out_channels = width
         self.cluster_channels = sum(channels)
 
-    def forward(self, x, rel, cluster, num_clusters, padded=False):
+    def forward(self, x, rel, cluster, num_clusters):
         """x (P, F), rel (P, 3), cluster (P,) in [0, K) -> point features (P, 2 C_last), cluster features (K, sum C).
 
-        ``padded``: ``cluster == K`` is the dump slot (padding rows) and the reduction is export-safe.
+        In the fixed execution mode (:mod:`~fsdlite.models.layers.execution`) ``cluster == K`` is the dump slot
+        (padding rows).
         """
-        reduce_max, gather = _cluster_ops(padded)
         h = self.layers[0](torch.cat([x, rel], dim=1)) * self.gate(rel)
-        maxima = [reduce_max(h, cluster, num_clusters)]
+        maxima = [segment_reduce(h, cluster, num_clusters, 'max')]
         for layer in self.layers[1:]:  # layer(cat([h, m[cluster]])), without the concat
             h = layer.forward_gathered_concat(h, maxima[-1], cluster, gather)
-            maxima.append(reduce_max(h, cluster, num_clusters))
+            maxima.append(segment_reduce(h, cluster, num_clusters, 'max'))
         h = torch.cat([h, gather(maxima[-1], cluster)], dim=1)
         if h.shape[1] == x.shape[1]:
             h = h + x
         return h, torch.cat(maxima, dim=1)
-
-
-def _cluster_ops(padded):
-    """(segment max, row gather): fsdlite.ops, or the dump-slot static twins (fixed-shape mode)."""
-    if padded:
-        from ..layers.static_ops import gather_rows, static_segment_reduce
-        return (lambda h, cluster, k: static_segment_reduce(h, cluster, k, 'max')), gather_rows
-    return (lambda h, cluster, k: segment_max(h, cluster, k)[0]), (lambda m, cluster: m.index_select(0, cluster))
 
 
 @MODELS.register_module()
@@ -84,8 +75,8 @@ class SIR(BaseModule):
         xyz_normalizer (sequence[float]): divides the offsets to the cluster centre.
     Shapes: ``forward(feats (P, F), xyz (P, 3), cluster (P,), num_clusters K, cluster_xyz (K, 3))``
     returns cluster features (K, ``out_channels``) and point features (P, ``point_channels``).
-    With ``padded=True`` (fixed-shape mode) ``cluster == K`` marks padding rows (dump slot); empty clusters get
-    zero features in both modes.
+    In the fixed execution mode ``cluster == K`` marks padding rows (dump slot); empty clusters get zero features
+    in both modes.
     """
 
     def __init__(self, in_channels, block_channels=((64, 64), (64, 64), (64, 64)), rel_channels=(16,),
@@ -106,17 +97,16 @@ class SIR(BaseModule):
         self.point_channels = width
         self.out_channels = sum(b.cluster_channels for b in self.blocks)
 
-    def forward(self, feats, xyz, cluster, num_clusters, cluster_xyz, padded=False):
+    def forward(self, feats, xyz, cluster, num_clusters, cluster_xyz):
         """See the class docstring."""
         points = feats.shape[0]
         if xyz.shape[0] != points or cluster.shape != (points,) or cluster_xyz.shape != (num_clusters, 3):
             raise ValueError(f'SIR: expected feats (P, F), xyz (P, 3), cluster (P,), cluster_xyz (K={num_clusters}, '
                              f'3), got {tuple(feats.shape)}, {tuple(xyz.shape)}, {tuple(cluster.shape)}, '
                              f'{tuple(cluster_xyz.shape)}')
-        gather = _cluster_ops(padded)[1]
         rel = (xyz - gather(cluster_xyz, cluster)) / self.xyz_normalizer.to(xyz.dtype)
         x, cluster_feats = feats, []
         for block in self.blocks:
-            x, m = block(x, rel, cluster, num_clusters, padded)
+            x, m = block(x, rel, cluster, num_clusters)
             cluster_feats.append(m)
         return torch.cat(cluster_feats, dim=1), x

@@ -19,6 +19,8 @@ import torch
 from fsdlite.structures.bound_schema import BoundSchema, BoundSpec
 from fsdlite.structures.padded import valid_mask
 
+from ..layers.execution import fixed_shapes
+
 
 class PaddedInstances(NamedTuple):
     """Instances of the fixed-shape forward (K slots): ``feats`` (K, D), ``xyz`` (K, 3), ``batch`` (K,), ``labels``
@@ -83,15 +85,6 @@ class StaticDetectorMixin:
                                '(training always runs the dynamic path)')
 
     # ------------------------------------------------------------------------------------ fixed-shape forward
-    def extract_feat_static(self, points, point2voxel, voxel_coors, nbrs):
-        """(N, C_neck) point features of padded points (VFE -> rulebook UNet -> neck)."""
-        voxel_feats, _ = self.voxel_encoder(points, point2voxel, voxel_coors, padded=True)
-        plan, levels = self.backbone.conv_plan(), self.bounds['max_voxels']
-        maps = plan.tiled_kernel_maps(nbrs, levels) if self.uses_pair_lists() \
-            else plan.dense_kernel_maps(nbrs, levels)
-        voxel_feats = self.backbone(voxel_feats, kernel_maps=maps)
-        return self.neck(voxel_feats, points, point2voxel, voxel_coors, padded=True)
-
     def forward_static(self, points, batch, num_points, point2voxel, voxel_coors, num_voxels, nbrs, batch_size,
                        strict=None):
         """The fixed-shape forward (first six arguments and ``nbrs`` as ``fsdlite.deploy.fixed_shape.StaticInputs``).
@@ -107,8 +100,15 @@ class StaticDetectorMixin:
             None, ``num_instances`` (), ``num_fg_points`` ().
         """
         self._require_bounds()
+        with fixed_shapes():
+            return self._forward_fixed(points, batch, num_points, point2voxel, voxel_coors, nbrs, batch_size, strict)
+
+    def _forward_fixed(self, points, batch, num_points, point2voxel, voxel_coors, nbrs, batch_size, strict):
         valid = valid_mask(num_points, points.shape[0], points.device)
-        point_feats = self.extract_feat_static(points, point2voxel, voxel_coors, nbrs)
+        plan, levels = self.backbone.conv_plan(), self.bounds['max_voxels']
+        maps = plan.tiled_kernel_maps(nbrs, levels) if self.uses_pair_lists() else plan.dense_kernel_maps(nbrs, levels)
+        point_feats = self.extract_feat(dict(points=points, point2voxel=point2voxel, voxel_coors=voxel_coors,
+                                             batch_size=batch_size, kernel_maps=maps))
         seg = self.seg_head(point_feats)
         fg = self.fg_sampler.select_padded(seg['seg_logits'].sigmoid(), seg['vote_codes'], points[:, :3], batch,
                                            valid, batch_size, self.bounds['max_fg_points'], strict=strict)

@@ -12,6 +12,7 @@ import torch
 from mmengine.model import BaseModule
 
 from ...registry import MODELS
+from ..layers.execution import gather
 from ..lidar.sparse_unet import SparseUNet
 from .sir import linear_norm_act
 
@@ -50,17 +51,12 @@ class VirtualPointEncoder(BaseModule):
         self.offset_scale = float(offset_scale)
         self.out_channels = int(out_channels) + 1
 
-    def forward(self, point_feats, seg_logits, points, batch, fg, padded=False):
+    def forward(self, point_feats, seg_logits, points, batch, fg):
         """See the class docstring; ``fg`` is a :class:`~fsdlite.models.fsd.fg_sampler.ForegroundPoints`
-        (or, with ``padded=True``, a ``PaddedForeground`` whose dump point index N reads zeros)."""
+        (or, in the fixed execution mode, a ``PaddedForeground`` whose dump point index N reads zeros)."""
         if points.shape[1] != 3 + self.raw_channels:
             raise ValueError(f'VirtualPointEncoder: points must have 3 + raw_channels = {3 + self.raw_channels} '
                              f'columns, got {tuple(points.shape)}')
-        if padded:
-            from ..layers.static_ops import gather_rows as gather
-        else:
-            def gather(src, index):
-                return src[index]
         base = torch.cat([point_feats, seg_logits, points[:, 3:]], dim=1)
         real = self.real_proj(base)
         p = fg.point_index

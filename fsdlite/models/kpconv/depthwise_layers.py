@@ -55,9 +55,10 @@ class _KPAggregateLayer(KernelPointLayer):
 
     def aggregate(self, q_pts, s_pts, neighbors, x, depthwise=None, gen_weights=None):
         kp = self.kernel(x)
-        if self.impl == 'fused':
+        forms = self.forms()
+        if forms == 'fused':
             return ops().kp_aggregate(q_pts, s_pts, neighbors, x, kp, depthwise, gen_weights, **self.geometry())
-        return references(self.impl)[1](q_pts, s_pts, neighbors, x, kp, depthwise, gen_weights, **self.geometry())
+        return references(forms)[1](q_pts, s_pts, neighbors, x, kp, depthwise, gen_weights, **self.geometry())
 
     def _depthwise_weights(self):
         bound = 1.0 / math.sqrt(self.kernel_size)

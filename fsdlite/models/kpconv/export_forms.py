@@ -1,4 +1,4 @@
-"""Fixed-shape formulations of the kernel-point ops for ONNX export (``impl='export'``).
+"""Fixed-shape formulations of the kernel-point ops for ONNX export (the layers' forms in the fixed execution mode).
 
 Same math as the references (:func:`fsdlite.ops.kpconv.reference.kpconv_reference`,
 :func:`fsdlite.ops.kp_aggregate.reference.kp_aggregate_reference`), written for ONNX Runtime, which runs

@@ -1,5 +1,5 @@
-"""Shared pieces of the kernel-point layers: the base class (kernel points, influence settings,
-``impl`` switch) and neighbourhood helpers (max-pool, nearest upsampling, centre features).
+"""Shared pieces of the kernel-point layers: the base class (kernel points, influence settings, the
+``impl`` kernel choice) and neighbourhood helpers (max-pool, nearest upsampling, centre features).
 
 Point clouds are flat: ``q_pts`` (M, 3) queries, ``s_pts`` (N, 3) supports, ``neighbors`` (M, H)
 int64 indices into the supports padded with the shadow index N (zero feature, never influential).
@@ -13,11 +13,12 @@ from fsdlite.ops.kpconv.reference import kpconv_reference
 
 from ...structures.bounds import is_exporting
 from ...structures.padded import with_dump_row
+from ..layers.execution import execution_mode
 from . import export_forms
 from .export_forms import gather_rows, kp_aggregate_export, kpconv_export
 from .kernel_points import make_kernel_points
 
-IMPLS = ('fused', 'naive', 'export')
+IMPLS = ('fused', 'naive')
 
 
 def ops():
@@ -27,7 +28,8 @@ def ops():
 
 def references(impl='naive'):
     """The pure-torch forms of (kpconv, kp_aggregate): the references (``impl='naive'``) or the ONNX-friendly
-    formulation of :mod:`.export_forms` (``impl='export'``)."""
+    formulation of :mod:`.export_forms` (``'export'``, what :meth:`KernelPointLayer.forms` gives in the fixed
+    execution mode)."""
     if impl == 'export':
         return kpconv_export, kp_aggregate_export
     return kpconv_reference, kp_aggregate_reference
@@ -95,8 +97,9 @@ class KernelPointLayer(nn.Module):
         fixed (str): 'center' pins kernel point 0 at the origin.
         rotation (str): random rotation of the kernel points: 'z', 'all' or 'none'.
         ratio (float): mean radius ratio of the repulsion dispositions.
-        impl (str): 'fused' (fsdlite.ops), 'naive' (einsum reference, autograd through it) or 'export' (the
-            same math in ONNX-friendly form, :mod:`.export_forms`; what deploy exports).
+        impl (str): 'fused' (fsdlite.ops) or 'naive' (einsum reference, autograd through it).  In the fixed
+            execution mode (:mod:`~fsdlite.models.layers.execution`, what deploy exports in) the layer runs the
+            same math in ONNX-friendly form (:mod:`.export_forms`) whatever ``impl`` says.
     The kernel points are a persistent buffer (saved in the state dict, not trained).
     """
 
@@ -120,6 +123,10 @@ class KernelPointLayer(nn.Module):
         self.impl = impl
         self.register_buffer('kernel_points', make_kernel_points(kernel_size, radius, 3, fixed, shells, ratio,
                                                                  rotation))
+
+    def forms(self):
+        """What runs the layer's op now: ``'fused'``, ``'naive'`` or, in the fixed execution mode, ``'export'``."""
+        return 'export' if execution_mode() == 'fixed' else self.impl
 
     def kernel(self, like):
         """Kernel points in the dtype/device of ``like``."""

@@ -69,10 +69,11 @@ class KPConv(KernelPointLayer):
                 modulations = 2 * torch.sigmoid(raw[:, 3 * k:])
             self.regularizers = self.deform_regularizers(q_pts, s_pts, neighbors, kp) if self.training else None
         weights = self.weights.to(x.dtype)
-        if self.impl == 'fused':
+        forms = self.forms()
+        if forms == 'fused':
             y = ops().kpconv(q_pts, s_pts, neighbors, x, kp, weights, modulations, **self.geometry())
         else:
-            y = references(self.impl)[0](q_pts, s_pts, neighbors, x, kp, weights, modulations, **self.geometry())
+            y = references(forms)[0](q_pts, s_pts, neighbors, x, kp, weights, modulations, **self.geometry())
         return y + self.bias.to(y.dtype) if self.bias is not None else y
 
     def deform_regularizers(self, q_pts, s_pts, neighbors, kp, chunk=8192):

@@ -2,10 +2,10 @@
 import torch
 from torch import nn
 
-from fsdlite.ops.segment_reduce import segment_reduce
 from fsdlite.registry import MODELS
 
 from ..layers.channels import channel_tuple
+from ..layers.execution import gather, segment_reduce
 from ..layers.mlp import LinearNormAct
 from ..layers.norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG
 from ..layers.voxel_geometry import voxel_centers, voxel_grid
@@ -52,29 +52,27 @@ class DynamicVFE(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.out_channels = self.feat_channels[-1]
 
-    def point_inputs(self, points, point2voxel, voxel_coors, padded=False):
+    def point_inputs(self, points, point2voxel, voxel_coors):
         """(P, C') per-point input features: raw values and the optional centre offsets."""
-        reduce, gather = _segment_ops(padded)
         feats = [points]
         xyz = points[:, :3]
         if self.with_cluster_center:
-            mean = reduce(xyz, point2voxel, voxel_coors.shape[0], 'mean')
+            mean = segment_reduce(xyz, point2voxel, voxel_coors.shape[0], 'mean')
             feats.append(xyz - gather(mean, point2voxel))
         if self.with_voxel_center:
             centers = voxel_centers(voxel_coors, self.voxel_size, self.point_range, dtype=points.dtype)
             feats.append(xyz - gather(centers, point2voxel))
         return torch.cat(feats, 1)
 
-    def forward(self, points, point2voxel, voxel_coors, padded=False):
+    def forward(self, points, point2voxel, voxel_coors):
         """Encode voxels.
 
         Args:
             points (Tensor): (P, in_channels) float points; every point belongs to a voxel.
-            point2voxel (Tensor): (P,) int64 voxel row of each point, in ``[0, V)`` (``[0, V]`` when padded).
+            point2voxel (Tensor): (P,) int64 voxel row of each point, in ``[0, V)``; in the fixed execution mode
+                (:mod:`~fsdlite.models.layers.execution`) ``V`` is the dump slot (padding points, excluded from
+                every voxel; their rows of the point features are unspecified).
             voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]``.
-            padded (bool): fixed-shape mode: ``point2voxel == V`` is the dump slot (padding points, excluded
-                from every voxel; their rows of the point features are unspecified) and the reductions are
-                export-safe (:func:`~fsdlite.models.layers.static_ops.static_segment_reduce`).
         Returns:
             tuple[Tensor, Tensor]: voxel features (V, out_channels) and point features
             (P, out_channels) of the last layer (before the voxel max).
@@ -83,22 +81,13 @@ class DynamicVFE(nn.Module):
             raise ValueError(f'points must have shape (P, {self.in_channels}), got {tuple(points.shape)}')
         if point2voxel.shape != (points.shape[0],):
             raise ValueError(f'point2voxel must have shape ({points.shape[0]},), got {tuple(point2voxel.shape)}')
-        reduce, gather = _segment_ops(padded)
         num_voxels = voxel_coors.shape[0]
-        point_feats = self.layers[0](self.point_inputs(points, point2voxel, voxel_coors, padded))
-        voxel_feats = reduce(point_feats, point2voxel, num_voxels, 'max')
+        point_feats = self.layers[0](self.point_inputs(points, point2voxel, voxel_coors))
+        voxel_feats = segment_reduce(point_feats, point2voxel, num_voxels, 'max')
         for layer in self.layers[1:]:  # layer(cat([point_feats, voxel_feats[point2voxel]])), without the concat
             point_feats = layer.forward_gathered_concat(point_feats, voxel_feats, point2voxel, gather)
-            voxel_feats = reduce(point_feats, point2voxel, num_voxels, 'max')
+            voxel_feats = segment_reduce(point_feats, point2voxel, num_voxels, 'max')
         return voxel_feats, point_feats
-
-
-def _segment_ops(padded):
-    """(reduce, gather): fsdlite.ops.segment_reduce / index_select, or their dump-slot static twins."""
-    if padded:
-        from ..layers.static_ops import gather_rows, static_segment_reduce
-        return static_segment_reduce, gather_rows
-    return segment_reduce, lambda src, index: src.index_select(0, index)
 
 
 __all__ = ['DynamicVFE']

@@ -46,9 +46,15 @@ class SparseSegmentor(BaseModel):
         self.num_classes = self.seg_head.num_classes
 
     def extract_feat(self, inputs):
-        """(P, C_neck) point features of the kept points (requires V >= 1)."""
+        """(P, C_neck) point features of the kept points (requires V >= 1): VFE -> sparse UNet -> neck.
+
+        A fixed-shape run (padded ``points`` / ``point2voxel`` / ``voxel_coors`` with dump slots, in the fixed
+        execution mode of :mod:`~fsdlite.models.layers.execution`) also gives ``inputs['kernel_maps']``, the padded
+        kernel maps of the UNet's convs.
+        """
         voxel_feats, _ = self.voxel_encoder(inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
-        voxel_feats = self.backbone(voxel_feats, inputs['voxel_coors'], inputs['batch_size'])
+        voxel_feats = self.backbone(voxel_feats, inputs['voxel_coors'], inputs['batch_size'],
+                                    kernel_maps=inputs.get('kernel_maps'))
         return self.neck(voxel_feats, inputs['points'], inputs['point2voxel'], inputs['voxel_coors'])
 
     def forward(self, inputs, data_samples=None, mode='tensor'):

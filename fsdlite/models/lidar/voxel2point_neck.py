@@ -5,6 +5,7 @@ from torch import nn
 from fsdlite.registry import MODELS
 from fsdlite.utils.constants import const
 
+from ..layers.execution import gather
 from ..layers.voxel_geometry import voxel_centers, voxel_grid
 
 
@@ -28,15 +29,15 @@ class Voxel2PointNeck(nn.Module):
         self.normalize_offset = bool(normalize_offset)
         self.out_channels = self.in_channels + 3
 
-    def forward(self, voxel_feats, points, point2voxel, voxel_coors, padded=False):
+    def forward(self, voxel_feats, points, point2voxel, voxel_coors):
         """Point features for the P points.
 
         Args:
             voxel_feats (Tensor): (V, in_channels).
             points (Tensor): (P, >=3) points (xyz first).
-            point2voxel (Tensor): (P,) int64 in ``[0, V)``.
+            point2voxel (Tensor): (P,) int64 in ``[0, V)``; in the fixed execution mode ``V`` (dump slot, padding
+                points) reads zeros.
             voxel_coors (Tensor): (V, 4) int ``[b, z, y, x]``.
-            padded (bool): fixed-shape mode: ``point2voxel == V`` (dump slot) reads zeros (padding points).
         Returns:
             Tensor: (P, in_channels + 3).
         """
@@ -44,11 +45,6 @@ class Voxel2PointNeck(nn.Module):
             raise ValueError(f'voxel_feats must have shape (V, {self.in_channels}), got {tuple(voxel_feats.shape)}')
         if voxel_feats.shape[0] != voxel_coors.shape[0]:
             raise ValueError(f'voxel_feats has {voxel_feats.shape[0]} rows but voxel_coors has {voxel_coors.shape[0]}')
-        if padded:
-            from ..layers.static_ops import gather_rows as gather
-        else:
-            def gather(src, index):
-                return src.index_select(0, index)
         centers = voxel_centers(voxel_coors, self.voxel_size, self.point_range, dtype=points.dtype)
         offset = points[:, :3] - gather(centers, point2voxel)
         if self.normalize_offset:

@@ -13,6 +13,7 @@ from fsdlite.models.fsd.fg_sampler import ForegroundSampler
 from fsdlite.models.fsd.graph_rulebook import GraphRulebookOps
 from fsdlite.models.fsd.indexing import mask_to_index, mask_to_padded_index
 from fsdlite.models.fsd.static_grouping import connected_labels, group_padded
+from fsdlite.models.layers.execution import fixed_shapes
 from fsdlite.registry import MODELS, TASK_UTILS
 from fsdlite.structures.bounds import BoundExceededError
 
@@ -232,17 +233,18 @@ def test_padded_vfe_neck_sir_and_box_selection_equal_dynamic(kit):
     padded_points = torch.cat([points, torch.full((pad, 4), 7.0, dtype=torch.float64)])
     with torch.no_grad():
         ref_v, ref_p = vfe(points, vox.point2voxel, vox.voxel_coors)
-        out_v, out_p = vfe(padded_points, p2v, coors, padded=True)
+        with fixed_shapes():  # the fixed execution mode: index V (= rows of coors) is the dump slot
+            out_v, out_p = vfe(padded_points, p2v, coors)
+            out_n = neck(out_v, padded_points, p2v, coors)
         torch.testing.assert_close(out_v[:v], ref_v)
         torch.testing.assert_close(out_p[:200], ref_p)
-        torch.testing.assert_close(neck(out_v, padded_points, p2v, coors, padded=True)[:200],
-                                   neck(ref_v, points, vox.point2voxel, vox.voxel_coors))
+        torch.testing.assert_close(out_n[:200], neck(ref_v, points, vox.point2voxel, vox.voxel_coors))
         cluster = torch.randint(0, 12, (200,), generator=g)
         cluster[cluster == 5] = 6  # an empty cluster (zero features in both modes)
         cxyz = torch.rand(12, 3, generator=g, dtype=torch.float64)
         ref_c, _ = sir(ref_p, points[:, :3], cluster, 12, cxyz)
-        out_c, _ = sir(out_p, padded_points[:, :3], torch.cat([cluster, torch.full((pad,), 12)]), 12, cxyz,
-                       padded=True)
+        with fixed_shapes():
+            out_c, _ = sir(out_p, padded_points[:, :3], torch.cat([cluster, torch.full((pad,), 12)]), 12, cxyz)
         torch.testing.assert_close(out_c, ref_c)
         logits, codes = head(ref_c)
         batch = torch.arange(12) % 2

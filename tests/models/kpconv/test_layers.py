@@ -1,5 +1,5 @@
 """KPConv / KPConvD / KPConvX / KPInv layers: impl='naive' (einsum reference) and impl='fused' agree
-in outputs and in every gradient; impl='export' (the ONNX formulation) gives the reference's outputs; float64
+in outputs and in every gradient; the fixed execution mode (the ONNX formulation) gives the reference's outputs; float64
 gradcheck; deformable regularisers; bad arguments."""
 import pytest
 import torch
@@ -7,6 +7,7 @@ import torch
 from fsdlite.models.kpconv import export_forms
 from fsdlite.models.kpconv.depthwise_layers import KPConvD, KPConvX, KPInv
 from fsdlite.models.kpconv.kpconv_layer import KPConv
+from fsdlite.models.layers.execution import fixed_shapes
 from fsdlite.registry import MODELS
 
 C = 8
@@ -77,11 +78,13 @@ def test_export_form_matches_reference(name, strided, chunk, cloud, neighbor_sea
     points, x = cloud['points'], torch.randn(len(cloud['points']), C, dtype=torch.float64)
     q_pts = points[::3].clone() if strided else points
     neighbors = neighbor_search(q_pts, points, cloud['radius'], 12) if strided else cloud['neighbors']
-    naive, export = build(name, 'naive').eval(), build(name, 'export').eval()
-    export.load_state_dict(naive.state_dict())
+    naive = build(name, 'naive').eval()
     with torch.no_grad():
-        torch.testing.assert_close(export(q_pts, points, neighbors, x), naive(q_pts, points, neighbors, x),
-                                   atol=1e-10, rtol=1e-8)
+        with fixed_shapes():  # the fixed execution mode runs the export forms, whatever impl says
+            assert naive.forms() == 'export'
+            export = naive(q_pts, points, neighbors, x)
+        assert naive.forms() == 'naive'
+        torch.testing.assert_close(export, naive(q_pts, points, neighbors, x), atol=1e-10, rtol=1e-8)
 
 
 @pytest.mark.parametrize('place,atol', [('random', 1e-5), ('near', 1e-5), ('on', 1e-3)])
@@ -102,8 +105,8 @@ def test_export_form_float32_accuracy(place, atol):
     x = torch.randn(n, C, dtype=torch.float64)
     with torch.no_grad():
         ref = layer(q_pts, s_pts, neighbors, x)
-        layer.float().impl = 'export'
-        out = layer(q_pts.float(), s_pts.float(), neighbors, x.float())
+        with fixed_shapes():
+            out = layer.float()(q_pts.float(), s_pts.float(), neighbors, x.float())
     torch.testing.assert_close(out.double(), ref, atol=atol, rtol=0)
 
 

@@ -1,5 +1,5 @@
 """KPCNN and KPFCNN on a GPU: training steps lower the loss, predictions and the CPU agree (float64, same weights),
-and the fixed-shape export formulation of every kernel-point layer (``impl='export'``) equals the fused dynamic
+and the fixed-shape export formulation of every kernel-point layer (the fixed execution mode) equals the fused dynamic
 kernels there. ``cuda`` tests: skipped without a GPU unless FSDLITE_TEST_GPU_DEVICE names another device."""
 import copy
 
@@ -10,6 +10,7 @@ from mmengine.dataset import pseudo_collate
 from fsdlite.datasets.point_shapes import PointShapesDataset, PrimitiveScenesDataset
 from fsdlite.models.kpconv.kp_base import IMPLS
 from fsdlite.models.kpconv.kp_models import KPCNN, KPFCNN
+from fsdlite.models.layers.execution import fixed_shapes
 
 pytestmark = pytest.mark.cuda
 FAMILIES = ['kpcnn', 'kpfcnn']
@@ -97,10 +98,11 @@ def test_fixed_shape_form_equals_dynamic(gpu, family):
     batch = preprocess(model, data_of(family), False)
     layers = [m for m in model.modules() if getattr(m, 'impl', None) in IMPLS]
     assert layers
+    for layer in layers:
+        layer.impl = 'fused'
     outs = {}
-    for impl in ('fused', 'export'):
-        for layer in layers:
-            layer.impl = impl
-        with torch.no_grad():
-            outs[impl] = model(**batch, mode='tensor')
+    with torch.no_grad():
+        outs['fused'] = model(**batch, mode='tensor')
+        with fixed_shapes():
+            outs['export'] = model(**batch, mode='tensor')
     torch.testing.assert_close(outs['export'], outs['fused'], rtol=1e-9, atol=1e-9)
