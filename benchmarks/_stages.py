@@ -19,7 +19,7 @@ import torch
 # '__call__' times calls of a plain callable object (no nn.Module, so no ``forward`` to wrap).
 # 'factory().method' times that method of every object the factory returns while the block runs (the mixer's
 # kernel maps are built by the ConvPlan its conv_plan() hands out).
-# 'instances' is what instances() / static_instances() do outside the timed calls within them: FSD-lite's
+# 'instances' is what instances() does (in either execution mode) outside the timed calls within them: FSD-lite's
 # grouping of voted centres (and SIR's gathers), FSDv2-lite's voxelization of the virtual points.
 DETECTOR_STAGES = {
     'pre_ops': [('fsdlite.deploy.fixed_shape', 'fixed_inputs')],
@@ -27,7 +27,7 @@ DETECTOR_STAGES = {
     'backbone': [('backbone', 'forward')],
     'neck_head': [('neck', 'forward'), ('seg_head', 'forward')],
     'fg_sampling': [('fg_sampler', '__call__'), ('fg_sampler', 'select_padded')],
-    'instances': [('', 'instances'), ('', 'static_instances')],
+    'instances': [('', 'instances')],
     'sir': [('sir', 'forward')],
     'virtual_voxels': [('virtual_encoder', 'forward'), ('virtual_vfe', 'forward')],
     'mixer_rulebooks': [('mixer', 'conv_plan().build_rulebooks'), ('mixer', 'conv_plan().build_pair_lists'),

@@ -38,7 +38,7 @@ def test_stages_are_timed_from_outside_and_restored(fsd_latency, shared_data, de
     assert pred.bboxes_3d.shape[1] == 7
     # the model is left as it was: no timing wrapper stays on an instance
     wrapped = [f'{name}.{attr}' for name, module in model.named_modules()
-               for attr in ('forward', 'predict', 'nms', 'instances', 'static_instances', 'conv_plan')
+               for attr in ('forward', 'predict', 'nms', 'instances', 'conv_plan')
                if attr in vars(module)]
     assert not wrapped
     detector = getattr(model, 'detector', model)  # the fixed-shape run wraps the detector (FixedShapeDetector)

@@ -13,7 +13,9 @@ import torch
 
 from ...registry import TASK_UTILS
 from ...structures import Det3DDataSample, InstanceData
+from ...structures.padded import valid_mask
 from ..layers.builder import build_module
+from ..layers.execution import execution_mode
 from ..lidar.sparse_segmentor import SparseSegmentor
 from .gt import collect_gt
 from .static import StaticDetectorMixin
@@ -21,13 +23,18 @@ from .static import StaticDetectorMixin
 
 class Instances(NamedTuple):
     """Instance features ``feats`` (K, D), reference points ``xyz`` (K, 3), ``batch`` (K,), ``labels``
-    (K,) class of each instance or None (the head predicts it), and ``stats`` (scalars to log)."""
+    (K,) class of each instance or None (the head predicts it), and ``stats`` (scalars to log; empty in the fixed
+    execution mode).  Fixed-shape runs (K slots) also give ``valid`` (K,) bool real instances, ``num`` () int64
+    their count and ``dropped`` (D_i,) int64 overflow of the detector's instance bounds."""
 
     feats: torch.Tensor
     xyz: torch.Tensor
     batch: torch.Tensor
     labels: Optional[torch.Tensor]
     stats: dict
+    valid: Optional[torch.Tensor] = None
+    num: Optional[torch.Tensor] = None
+    dropped: Optional[torch.Tensor] = None
 
 
 def _same(a, b):
@@ -91,26 +98,42 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
                              f'head (num_classes={self.num_classes})')
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
-        """Build :class:`Instances` from the foreground points (implemented by subclasses)."""
+        """Build :class:`Instances` from the foreground points, in either execution mode (implemented by
+        subclasses)."""
         raise NotImplementedError
 
     def _forward_instances(self, inputs, training, return_fg=False):
-        """Run everything up to the box head; returns (seg_outputs, Instances, cls_logits, box_codes) (+ the
-        foreground points with ``return_fg``)."""
+        """Run everything up to the box head, in either execution mode; returns (seg_outputs, Instances,
+        cls_logits, box_codes) (+ the foreground points with ``return_fg``).
+
+        The fixed-shape run (:meth:`forward_static`) gives padded ``inputs`` with ``num_points`` and ``strict`` and
+        runs this in the fixed execution mode (:mod:`~fsdlite.models.layers.execution`).
+        """
         point_feats = self.extract_feat(inputs)
         seg_outputs = self.seg_head(point_feats)
-        mode = self.runtime_info['fg_mode'] if training else 'threshold'
-        offset = self.runtime_info['threshold_offset'] if training else 0.0
-        fg = self.fg_sampler(seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'],
-                             inputs['points'][:, :3], inputs['batch'], inputs['batch_size'], mode=mode,
-                             threshold_offset=offset)
+        fg = self.sample_foreground(inputs, seg_outputs, training)
         inst = self.instances(inputs, point_feats, seg_outputs, fg)
-        inst.stats.update(num_fg_points=fg.point_index.numel(), num_fg_over_budget=int(fg.num_over_budget),
-                          num_instances=inst.feats.shape[0])
+        if execution_mode() == 'dynamic':
+            inst.stats.update(num_fg_points=fg.point_index.numel(), num_fg_over_budget=int(fg.num_over_budget),
+                              num_instances=inst.feats.shape[0])
         cls_logits, box_codes = self.bbox_head(inst.feats)
         if return_fg:
             return seg_outputs, inst, cls_logits, box_codes, fg
         return seg_outputs, inst, cls_logits, box_codes
+
+    def sample_foreground(self, inputs, seg_outputs, training):
+        """Foreground points with their voted centres: the sampler's thresholds and budgets (``runtime_info``'s
+        warm-up mode while training); in the fixed execution mode its per-class top-k under ``max_fg_points``
+        (a ``PaddedForeground``)."""
+        scores, codes, xyz = seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'], inputs['points'][:, :3]
+        if execution_mode() == 'fixed':
+            valid = valid_mask(inputs['num_points'], xyz.shape[0], xyz.device)
+            return self.fg_sampler.select_padded(scores, codes, xyz, inputs['batch'], valid, inputs['batch_size'],
+                                                 self.bounds['max_fg_points'], strict=inputs['strict'])
+        mode = self.runtime_info['fg_mode'] if training else 'threshold'
+        offset = self.runtime_info['threshold_offset'] if training else 0.0
+        return self.fg_sampler(scores, codes, xyz, inputs['batch'], inputs['batch_size'], mode=mode,
+                               threshold_offset=offset)
 
     def _head_outputs(self, inputs):
         if inputs['voxel_coors'].shape[0] == 0:

@@ -9,10 +9,9 @@ import torch
 from ...registry import MODELS
 from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
-from ..layers.execution import gather, segment_reduce
+from ..layers.execution import execution_mode, gather, segment_reduce
 from .detector_base import Instances, SparseDetectorBase, build_task_util
 from .indexing import mask_to_index
-from .static import PaddedInstances
 from .static_grouping import group_padded
 
 
@@ -50,7 +49,20 @@ class FSDLite(SparseDetectorBase):
         return BoundSpec('max_clusters'), BoundSpec('max_cc_iters')
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
-        """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster."""
+        """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster.
+
+        The grouping is the cluster assigner's connected components, or in the fixed execution mode its bounded
+        twin (``group_padded``: ``max_clusters`` slots, ``max_cc_iters`` rounds of label propagation).
+        """
+        if execution_mode() == 'fixed':
+            k = self.bounds['max_clusters']
+            clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
+                                       inputs['batch_size'], k, self.bounds['max_cc_iters'], strict=inputs['strict'])
+            cluster_feats, cluster_xyz = self.encode_clusters(inputs['points'], point_feats, fg.point_index,
+                                                              fg.centre, clusters.point_cluster, k)
+            valid = torch.arange(k, device=cluster_xyz.device) < clusters.num_clusters
+            return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, {}, valid,
+                             clusters.num_clusters, clusters.dropped)
         clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
         keep = mask_to_index(clusters.point_cluster >= 0)
         point, cluster, centre = (t.index_select(0, keep) for t in (fg.point_index, clusters.point_cluster,
@@ -73,14 +85,3 @@ class FSDLite(SparseDetectorBase):
         xyz = fg_points[:, :3]
         feats = torch.cat([gather(point_feats, point), fg_points[:, 3:], centre - xyz], dim=1)
         return self.sir(feats, xyz, cluster, num_clusters, cluster_xyz)[0], cluster_xyz
-
-    def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
-        """Fixed-shape :meth:`instances`: padded grouping (``max_clusters`` clusters) and SIR with dump slots."""
-        k = self.bounds['max_clusters']
-        clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
-                                   batch_size, k, self.bounds['max_cc_iters'], strict=strict)
-        cluster_feats, cluster_xyz = self.encode_clusters(points, point_feats, fg.point_index, fg.centre,
-                                                          clusters.point_cluster, k)
-        valid = torch.arange(k, device=points.device) < clusters.num_clusters
-        return PaddedInstances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, valid,
-                               clusters.num_clusters, clusters.dropped)

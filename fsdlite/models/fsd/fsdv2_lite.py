@@ -12,12 +12,11 @@ from fsdlite import ops
 from ...registry import MODELS
 from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
-from ..layers.execution import segment_reduce
+from ..layers.execution import execution_mode, segment_reduce
 from ..layers.static_ops import gather_rows, static_voxelize
 from .detector_base import Instances, SparseDetectorBase
 from .graph_rulebook import GraphRulebookOps
 from .indexing import mask_to_index, mask_to_padded_index
-from .static import PaddedInstances
 
 
 def valid_first(num_a, num_b, size_a, size_b):
@@ -77,8 +76,13 @@ class FSDv2Lite(SparseDetectorBase):
                           pairs_of='max_virtual_voxels'))
 
     def instances(self, inputs, point_feats, seg_outputs, fg):
-        """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points."""
+        """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points.
+
+        In the fixed execution mode the virtual grid's voxels are bounded (:meth:`_bounded_virtual_voxels`).
+        """
         cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], inputs['points'], inputs['batch'], fg)
+        if execution_mode() == 'fixed':
+            return self._bounded_virtual_voxels(inputs, cloud, fg)
         vox = ops.voxelize(cloud.xyz.detach(), self.virtual_vfe.voxel_size, self.virtual_vfe.point_range,
                            batch=cloud.batch)
         inside = vox.point2voxel >= 0  # points outside a smaller virtual grid are left out (counted)
@@ -115,12 +119,13 @@ class FSDv2Lite(SparseDetectorBase):
         count = segment_reduce(virtual, point2voxel, num_voxels, 'sum')
         return mixed, count, segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
 
-    def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
-        """Fixed-shape :meth:`instances`: ``static_voxelize`` of real + virtual points, in-graph mixer rulebooks."""
-        bounds = self.bounds['max_virtual_voxels']
+    def _bounded_virtual_voxels(self, inputs, cloud, fg):
+        """:meth:`instances` on fixed shapes: ``static_voxelize`` of the real + virtual points (``max_virtual_voxels``
+        slots), the mixer's rulebooks built in the graph, the voxels holding virtual points first."""
+        bounds, batch_size, strict = self.bounds['max_virtual_voxels'], inputs['batch_size'], inputs['strict']
+        points = inputs['points']
         n, p = points.shape[0], fg.point_index.shape[0]
-        num_points = torch.as_tensor(num_points, device=points.device).reshape(())
-        cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], points, batch, fg)
+        num_points = torch.as_tensor(inputs['num_points'], device=points.device).reshape(())
         order = valid_first(num_points, fg.num_valid, n, p)
         xyz, feats = cloud.xyz.index_select(0, order), cloud.feats.index_select(0, order)
         vox = static_voxelize(xyz.detach(), num_points + fg.num_valid, self.virtual_vfe.voxel_size,
@@ -146,4 +151,4 @@ class FSDv2Lite(SparseDetectorBase):
         valid = torch.arange(bounds[0], device=points.device) < num
         dropped = torch.stack([vox.num_dropped] + [d.to(vox.num_dropped) for d in dropped[1:]]
                               + [d.to(vox.num_dropped) for d in pair_dropped])
-        return PaddedInstances(gather_rows(mixed, rows), ref.detach(), inst_batch, None, valid, num, dropped)
+        return Instances(gather_rows(mixed, rows), ref.detach(), inst_batch, None, {}, valid, num, dropped)

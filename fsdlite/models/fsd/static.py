@@ -1,10 +1,12 @@
-"""Fixed-shape forward of FSD-lite / FSDv2-lite: the same modules and weights on padded tensors.
+"""Fixed-shape forward of FSD-lite / FSDv2-lite: the same modules, weights and forward on padded tensors.
 
-:meth:`StaticDetectorMixin.forward_static` is pure tensor code (what ``fsdlite.deploy.detector.DetectorGraph``
-exports): rulebook gather-GEMM convs with spconv's weights, ``static_segment_reduce``, per-class top-k foreground budgets (``max_fg_points``), the detector's instance stage (``static_instances``: FSD-lite clusters /
-FSDv2-lite virtual voxels), the box head and the ``max_boxes`` best boxes above the score threshold.  No
-``torch.unique``, boolean-mask indexing, ``nonzero`` or loop over samples.  Its inputs come from the pre-ops and NMS
-runs after it, both in ``fsdlite.deploy.fixed_shape``.
+:meth:`StaticDetectorMixin.forward_static` runs the detector's one forward (``_forward_instances``) in the fixed
+execution mode (:mod:`~fsdlite.models.layers.execution`) on padded inputs, then keeps the ``max_boxes`` best boxes
+above the score threshold.  In that mode every step is pure tensor code with dump slots (what
+``fsdlite.deploy.detector.DetectorGraph`` exports): rulebook gather-GEMM convs with spconv's weights, dump-slot
+gathers and reductions, per-class top-k foreground budgets (``max_fg_points``) and the detector's bounded instance
+stage (FSD-lite clusters / FSDv2-lite virtual voxels).  No ``torch.unique``, boolean-mask indexing, ``nonzero`` or
+loop over samples.  Its inputs come from the pre-ops and NMS runs after it, both in ``fsdlite.deploy.fixed_shape``.
 
 The model's ``bounds`` (config) follow its :meth:`StaticDetectorMixin.bound_schema`.  Bounds count over one forward
 call (the whole batch), except ``max_fg_points`` (per sample and class, like the sampler's budget).  Overflow raises
@@ -12,35 +14,18 @@ call (the whole batch), except ``max_fg_points`` (per sample and class, like the
 deterministically and the counts come out as ``dropped`` (names in :meth:`StaticDetectorMixin.dropped_names`).  When
 no bound is exceeded the boxes and scores equal the dynamic mode's (tests/models/fsd/test_static_*.py).
 """
-from typing import NamedTuple, Optional
-
 import torch
 
 from fsdlite.structures.bound_schema import BoundSchema, BoundSpec
-from fsdlite.structures.padded import valid_mask
 
 from ..layers.execution import fixed_shapes
-
-
-class PaddedInstances(NamedTuple):
-    """Instances of the fixed-shape forward (K slots): ``feats`` (K, D), ``xyz`` (K, 3), ``batch`` (K,), ``labels``
-    (K,) or None (the head predicts the class), ``valid`` (K,) bool, ``num`` () int64, ``dropped`` (D_i,) int64
-    overflow of the detector's instance bounds (:meth:`StaticDetectorMixin.instance_bounds`)."""
-
-    feats: torch.Tensor
-    xyz: torch.Tensor
-    batch: torch.Tensor
-    labels: Optional[torch.Tensor]
-    valid: torch.Tensor
-    num: torch.Tensor
-    dropped: torch.Tensor
 
 
 class StaticDetectorMixin:
     """Fixed-shape mode shared by the detectors (see the module docstring).
 
-    Subclasses define :meth:`instance_bounds` and :meth:`static_instances`, and call :meth:`_init_static` at the end
-    of their constructor.
+    Subclasses define :meth:`instance_bounds` and an ``instances`` that runs in both execution modes, and call
+    :meth:`_init_static` at the end of their constructor.
     """
 
     def _init_static(self, bounds):
@@ -64,7 +49,7 @@ class StaticDetectorMixin:
 
     def instance_bounds(self):
         """The :class:`~fsdlite.structures.bound_schema.BoundSpec` of the detector's instance stage, in the order of
-        :attr:`PaddedInstances.dropped`."""
+        the fixed-shape ``Instances.dropped``."""
         return ()
 
     def dropped_names(self, stage):
@@ -100,31 +85,19 @@ class StaticDetectorMixin:
             None, ``num_instances`` (), ``num_fg_points`` ().
         """
         self._require_bounds()
-        with fixed_shapes():
-            return self._forward_fixed(points, batch, num_points, point2voxel, voxel_coors, nbrs, batch_size, strict)
-
-    def _forward_fixed(self, points, batch, num_points, point2voxel, voxel_coors, nbrs, batch_size, strict):
-        valid = valid_mask(num_points, points.shape[0], points.device)
         plan, levels = self.backbone.conv_plan(), self.bounds['max_voxels']
         maps = plan.tiled_kernel_maps(nbrs, levels) if self.uses_pair_lists() else plan.dense_kernel_maps(nbrs, levels)
-        point_feats = self.extract_feat(dict(points=points, point2voxel=point2voxel, voxel_coors=voxel_coors,
-                                             batch_size=batch_size, kernel_maps=maps))
-        seg = self.seg_head(point_feats)
-        fg = self.fg_sampler.select_padded(seg['seg_logits'].sigmoid(), seg['vote_codes'], points[:, :3], batch,
-                                           valid, batch_size, self.bounds['max_fg_points'], strict=strict)
-        inst = self.static_instances(points, batch, num_points, point_feats, seg, fg, batch_size, strict)
-        cls_logits, box_codes = self.bbox_head(inst.feats)
-        sel = self.bbox_head.select_padded(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, inst.valid,
-                                           self.bounds['max_boxes'], strict=strict)
+        inputs = dict(points=points, batch=batch, num_points=num_points, point2voxel=point2voxel,
+                      voxel_coors=voxel_coors, batch_size=batch_size, kernel_maps=maps, strict=strict)
+        with fixed_shapes():
+            seg, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
+            sel = self.bbox_head.select_padded(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, inst.valid,
+                                               self.bounds['max_boxes'], strict=strict)
         dropped = torch.cat([fg.dropped.to(sel['dropped']), inst.dropped.to(sel['dropped']), sel['dropped'].view(1)])
         return dict(boxes=sel['boxes'], scores=sel['scores'], labels=sel['labels'], batch=sel['batch'],
                     num_boxes=sel['num_boxes'], dropped=dropped, seg_logits=seg['seg_logits'], cls_logits=cls_logits,
                     box_codes=box_codes, instance_xyz=inst.xyz, instance_batch=inst.batch,
                     instance_labels=inst.labels, num_instances=inst.num, num_fg_points=fg.num_valid)
 
-    def static_instances(self, points, batch, num_points, point_feats, seg_outputs, fg, batch_size, strict):
-        """:class:`PaddedInstances` from the padded foreground (implemented by the detectors)."""
-        raise NotImplementedError
 
-
-__all__ = ['PaddedInstances', 'StaticDetectorMixin']
+__all__ = ['StaticDetectorMixin']
