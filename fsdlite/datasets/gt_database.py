@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import torch
+from mmengine.utils import track_iter_progress
 
 from fsdlite.ops import points_in_boxes_all
 
@@ -68,7 +69,6 @@ class GTDatabase:
         chunks, boxes, labels, frames, counts = [], [], [], [], []
         indices = range(n)
         if progress and n:
-            from mmengine.utils import track_iter_progress
             indices = track_iter_progress(list(indices))
         for i in indices:
             raw = dataset.raw_results(i)

@@ -6,6 +6,7 @@ snippet ``tools/collect_bounds.py --out FILE`` writes (``bounds = dict(...)``).
 import json
 from pathlib import Path
 
+from ..engine.tool_setup import read_config
 from ..structures.bounds import scale_bounds
 
 
@@ -25,7 +26,6 @@ def load_bounds_file(path):
             raise ValueError(f'bounds file {str(path)!r} is not valid JSON ({exc})') from None
         data = data.get('bounds', data) if isinstance(data, dict) else data
     else:
-        from ..engine.tool_setup import read_config
         cfg = read_config(str(path), 'bounds file')
         data = cfg.get('bounds')
         data = data.to_dict() if hasattr(data, 'to_dict') else data

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from mmengine.config import Config
 
+from ..engine.checkpoint import load_weights
+from ..engine.tool_setup import load_config
+from ..registry import MODELS
 from ..structures.bounds import scale_bounds
 from .adapter import adapter_class
 from .bounds_io import load_bounds_file
 from .decisions import explain_graph
 from .folding import fold_batch_norms
-from .graph_checks import check_graph
+from .graph_checks import DeployGraphError, check_graph
 from .onnx_io import DEFAULT_OPSET, OrtGraph, export_graph
 from .tiers import check_tier_scales
 
@@ -45,9 +49,7 @@ class TierExport(NamedTuple):
 
 def as_config(config, cfg_options=None):
     """An mmengine Config from a path (with validated ``--cfg-options``) or a Config / dict."""
-    from mmengine.config import Config
     if isinstance(config, (str, Path)):
-        from ..engine.tool_setup import load_config
         return load_config(str(config), cfg_options)
     cfg = config if isinstance(config, Config) else Config(dict(config))
     if cfg_options:
@@ -57,11 +59,9 @@ def as_config(config, cfg_options=None):
 
 def build_model(model_cfg, checkpoint=None, seed=0):
     """Build a model (eval); ``checkpoint`` None or 'random' keeps seeded random weights."""
-    from ..registry import MODELS
     torch.manual_seed(seed)
     model = MODELS.build(dict(model_cfg))
     if checkpoint not in (None, 'random'):
-        from ..engine.checkpoint import load_weights
         if not Path(checkpoint).is_file():
             raise FileNotFoundError(f'checkpoint {str(checkpoint)!r} does not exist (use "random" for random weights)')
         load_weights(model, str(checkpoint), model_cfg['type'])  # strict, names what does not match
@@ -198,7 +198,6 @@ def export_model(config, checkpoint, out_dir, bounds_file=None, cfg_options=None
     Raises:
         DeployGraphError: the graph is not deployable (after writing the report).
     """
-    from .graph_checks import DeployGraphError
     scales = check_tier_scales(tiers)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from mmengine.logging import print_log
+
 from ..engine.tool_setup import read_config
 from .adapter import adapter_class
-from .exporter import FORMAT
+from .exporter import FORMAT, adapter_with_bounds
 from .onnx_io import OrtGraph
 from .tiers import Tier, run_on_tiers
 
@@ -69,7 +71,6 @@ def read_deploy_config(directory, info):
 def build_host(directory, info, bounds=None):
     """The adapter whose model provides the pre/post-ops (config of the folder, random weights: unused), for the
     folder's bounds or the given ``bounds`` (a capacity tier's)."""
-    from .exporter import adapter_with_bounds
     cfg = read_deploy_config(directory, info)
     return adapter_with_bounds(adapter_class(info['model_type']), cfg.model,
                                info['bounds'] if bounds is None else bounds, info['batch_size'],
@@ -110,7 +111,6 @@ class DeployedModel:
         dropped = dict(pre.dropped, **tier.adapter.graph_dropped(outputs))
         exceeded = {k: v for k, v in dropped.items() if v}
         if exceeded:
-            from mmengine.logging import print_log
             print_log(f'DeployedModel: bounds exceeded, items dropped: {exceeded} (raise the bounds and re-export)',
                       logger='current', level=30)
         return DeployOutput(results, outputs, dropped, dict(pre_ops=t1 - t0, graph=t2 - t1, post_ops=t3 - t2), pre,

@@ -37,6 +37,7 @@ import copy
 from pathlib import Path
 from typing import NamedTuple
 
+from ..structures.bounds import BoundExceededError
 from .decisions import Explanation, explain_detections, explain_graph
 from .exporter import adapter_with_bounds, prepare
 from .runtime import DeployedModel, read_deploy_config
@@ -131,7 +132,6 @@ def reference_adapter(directory, info, checkpoint=None, data_root=None, frames=N
 def check_frame(deployed, references, frame):
     """:class:`FrameCheck` of one :class:`~fsdlite.deploy.adapter.Frame` (see the module docstring);
     ``references``: capacity tier scale -> adapter with the PyTorch weights and that tier's bounds."""
-    from ..structures.bounds import BoundExceededError
     try:
         out = deployed.run(frame.data)
     except BoundExceededError as err:

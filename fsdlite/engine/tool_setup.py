@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 from mmengine.config import Config, DictAction
+from mmengine.model import is_model_wrapper
+from mmengine.runner import Runner
 from mmengine.utils import import_modules_from_strings
 
 from fsdlite import registry  # noqa: F401  (applies the torch>=2.6 checkpoint-loading fix)
@@ -241,7 +243,6 @@ def build_runner(cfg, strict_load=True):
     train from random weights. ``strict_load=False`` (``tools/train.py --partial-load``) keeps mmengine's
     non-strict load, which copies the weights whose names and shapes match.
     """
-    from mmengine.runner import Runner
     runner = registry.RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
     load_from = cfg.get('load_from')
     if load_from and not cfg.get('resume'):
@@ -277,7 +278,6 @@ def latest_checkpoint(work_dir):
 
 def runner_model(runner):
     """The runner's model without its DDP wrapper."""
-    from mmengine.model import is_model_wrapper
     return runner.model.module if is_model_wrapper(runner.model) else runner.model
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from mmengine.config import Config
 
+from ..engine.tool_setup import load_config
+from ..registry import MODELS
 from .configio import config_overrides, load_into, load_state_dict, save_checkpoint, write_slim_config
 from .cost import count_macs, count_params, measure_latency
 from .engine import SlimAnalysis
@@ -86,9 +88,6 @@ def prepare(config_path, checkpoint, cfg_options=None, sample_indices=(0,), spli
     Raises:
         SlimError: the checkpoint does not belong to the config, the trace fails; DataError: the sample is missing.
     """
-    from fsdlite.engine.tool_setup import load_config
-    from fsdlite.registry import MODELS
-
     cfg = load_config(config_path, cfg_options)
     model = MODELS.build(cfg.model)
     if checkpoint:
@@ -113,8 +112,6 @@ def write_slim(prepared, request, out_dir, name=None):
     Returns:
         SlimOutput
     """
-    from fsdlite.registry import MODELS
-
     p = prepared
     result = p.analysis.slim(request)
     name = name or osp.splitext(osp.basename(p.config_path))[0]

@@ -21,6 +21,7 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..utils.compat import import_spconv
 from .rules import bind, flat_outputs
 
 
@@ -105,7 +106,6 @@ def sparse_conv_pairs(module, inputs, output):
     ``get_indice_pairs`` when the layer has no key). Submanifold layers run the centre offset on every voxel
     and mirror the offsets after it, as spconv's CPU path does.
     """
-    from fsdlite.utils.compat import import_spconv
     spconv = import_spconv()
     feats_in = inputs[0]
     if getattr(module, 'conv1x1', False):

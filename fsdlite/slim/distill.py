@@ -15,6 +15,8 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 
+from ..engine.checkpoint import load_weights
+from ..engine.tool_setup import load_config
 from ..registry import HOOKS, MODELS
 from .errors import SlimError, is_finite_positive
 
@@ -49,8 +51,6 @@ def distill_module(model, name):
 def build_teacher(config, checkpoint, options=None, device=None):
     """The model of ``config`` (with ``--cfg-options``-style ``options``) with the ``checkpoint`` weights (strict;
     a checkpoint of another config names what differs), in eval mode, without gradients."""
-    from fsdlite.engine.checkpoint import load_weights
-    from fsdlite.engine.tool_setup import load_config
     teacher = MODELS.build(load_config(config, options, allow_new_keys=True).model)
     load_weights(teacher, checkpoint, config, 'teacher checkpoint')
     teacher.requires_grad_(False)

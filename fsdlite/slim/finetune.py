@@ -5,6 +5,8 @@ import os.path as osp
 from mmengine.config import Config
 
 from ..engine.schedule import rescale_schedule
+from ..engine.tool_setup import build_runner, prepare_runner_cfg
+from .distill import distill_hook_cfg
 from .errors import is_finite_positive
 
 
@@ -18,15 +20,12 @@ def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None
     training is switched off (evaluate afterwards with :func:`evaluate`); hooks keep their settings. Returns the
     path of the final checkpoint.
     """
-    from fsdlite.engine.tool_setup import build_runner, prepare_runner_cfg
-
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f'--finetune expects a positive number of iterations, got {iters!r}')
     if lr is not None and not is_finite_positive(lr):
         raise ValueError(f'--finetune-lr expects a finite learning rate > 0, got {lr!r}')
     hook = None
     if distill is not None:
-        from .distill import distill_hook_cfg
         if not isinstance(distill, dict) or not {'teacher_config', 'teacher_checkpoint', 'module'} <= set(distill):
             raise ValueError('distill expects dict(teacher_config=..., teacher_checkpoint=..., module=...[, weight]), '
                              f'got {distill!r}')
@@ -52,8 +51,6 @@ def finetune(config_path, checkpoint, iters, work_dir, cfg_options=None, lr=None
 
 def evaluate(config_path, checkpoint, work_dir, cfg_options=None, split='test'):
     """Metrics of ``checkpoint`` on the config's ``split`` set ('val' or 'test') through the Runner."""
-    from fsdlite.engine.tool_setup import build_runner, prepare_runner_cfg
-
     cfg = Config.fromfile(config_path)
     if cfg_options:
         cfg.merge_from_dict(copy.deepcopy(cfg_options))

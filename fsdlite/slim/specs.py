@@ -21,6 +21,8 @@ from typing import Callable, Dict, Optional
 
 from torch import nn
 
+from ..models.layers.rulebook_conv import conv_geometry
+
 KINDS = ('producer', 'channelwise', 'params')
 
 
@@ -113,7 +115,6 @@ def resolve_param(module, name):
 
 def _spconv_matrix_view(module):
     """spconv multiplies 1x1 (stride 1) kernels by ``weight.view(Cin, Cout)`` (no transpose)."""
-    from fsdlite.models.layers.rulebook_conv import conv_geometry
     if conv_geometry(module).one_by_one:
         return int(module.in_channels), int(module.out_channels)
     return None

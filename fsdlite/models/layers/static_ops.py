@@ -24,6 +24,8 @@ from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.structures.padded import valid_mask, with_dump_row
 from fsdlite.utils.constants import const
 
+from .voxel_geometry import voxel_grid
+
 REDUCTIONS = ('sum', 'mean', 'max', 'min')
 _INT64_MAX = torch.iinfo(torch.int64).max
 warnings.filterwarnings('ignore', message=r'index_reduce\(\) is in beta')  # stable since torch 2.0 in practice
@@ -191,7 +193,6 @@ def static_voxelize(points, num_valid, voxel_size, point_range, max_voxels, batc
     Returns:
         StaticVoxelization
     """
-    from .voxel_geometry import voxel_grid
     voxel_size, point_range, (nz, ny, nx) = voxel_grid(voxel_size, point_range)
     if points.dim() != 2 or points.shape[1] < 3 or not points.is_floating_point():
         raise ValueError(f'static_voxelize: points must be a float (N, >=3) tensor, got {points.dtype} '
