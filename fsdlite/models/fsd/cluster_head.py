@@ -22,6 +22,7 @@ from fsdlite.ops import batched_nms_bev
 from fsdlite.structures.bounds import check_bound
 
 from ...registry import MODELS, TASK_UTILS
+from ..layers.static_ops import gather_rows, masked_topk
 from .gt import assign_to_boxes
 from .indexing import mask_to_index
 from .sir import linear_norm_act
@@ -167,7 +168,6 @@ class ClusterHead(BaseModule):
             dict: ``boxes`` (M, 7), ``scores`` (M,), ``labels`` (M,), ``batch`` (M,), ``num_boxes`` () int64 and
             ``dropped`` () int64 (candidates beyond M); rows ``>= num_boxes`` are zeros.
         """
-        from ..layers.static_ops import gather_rows, masked_topk
         ref_class = ref_class.clamp(0, self.num_classes - 1) if ref_class is not None else None
         boxes, scores, labels = self.decode(cls_logits, box_codes, ref_xyz, ref_class)
         cand = valid & (scores > self.test_cfg['score_thr'])

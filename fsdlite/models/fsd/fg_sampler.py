@@ -14,6 +14,7 @@ from fsdlite.structures.bounds import check_bound
 from fsdlite.utils.constants import const
 
 from ...registry import TASK_UTILS
+from ..layers.static_ops import gather_rows, masked_topk
 from .coders import decode_vote
 from .indexing import mask_to_index, mask_to_padded_index, segment_count, segment_rank
 
@@ -156,7 +157,6 @@ class ForegroundSampler:
         Returns:
             PaddedForeground
         """
-        from ..layers.static_ops import gather_rows, masked_topk
         n, c = scores.shape
         if len(bounds) != c:
             raise ValueError(f'ForegroundSampler.select_padded: bounds needs one value per class ({c}), got {bounds}')
