@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from fsdlite.models.layers.bn_fold import batch_norm_affine
+from fsdlite.models.layers.bn_fold import batch_norm_affine, fold_affine
 from fsdlite.models.layers.rulebook_conv import conv_geometry, kernel_matrices
 
 
@@ -36,22 +36,23 @@ def _is_sparse_conv(module):
 
 def _fold_into(layer, scale, shift):
     """Multiply ``layer``'s output channels by ``scale`` (C,) and add ``shift``: weight and bias changed in place
-    (a bias is added when the layer has none)."""
+    (a bias is added when the layer has none); the folding itself is :func:`fold_affine`, on the matrices the layer
+    multiplies by (output channels last), written back in the layer's own layout."""
     weight = layer.weight
     with torch.no_grad():
-        if isinstance(layer, nn.Linear):  # (C_out, C_in)
-            weight.mul_(scale.view(-1, 1))
+        if isinstance(layer, nn.Linear):  # (C_out, C_in): the matrix is its transpose
+            folded = fold_affine(weight.t(), layer.bias, scale, shift)
+            weight.copy_(folded.weight.t())
         else:  # spconv (C_out, kz, ky, kx, C_in); the matrices a conv multiplies by are (K, C_in, C_out)
             one_by_one = conv_geometry(layer).one_by_one
-            matrices = kernel_matrices(weight, one_by_one) * scale
-            weight.copy_(matrices.reshape(weight.shape) if one_by_one
-                         else matrices.permute(2, 0, 1).reshape(weight.shape))
-        bias = shift.clone() if layer.bias is None else layer.bias * scale + shift
+            folded = fold_affine(kernel_matrices(weight, one_by_one), layer.bias, scale, shift)
+            weight.copy_(folded.weight.reshape(weight.shape) if one_by_one
+                         else folded.weight.permute(2, 0, 1).reshape(weight.shape))
     if layer.bias is None:
-        layer.bias = nn.Parameter(bias.to(weight.dtype), requires_grad=False)
+        layer.bias = nn.Parameter(folded.bias.to(weight.dtype), requires_grad=False)
     else:
         with torch.no_grad():
-            layer.bias.copy_(bias)
+            layer.bias.copy_(folded.bias)
 
 
 def _foldable(layer, norm):

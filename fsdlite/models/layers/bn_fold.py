@@ -77,6 +77,13 @@ def _versions(tensors):
     return tuple(None if t is None else (t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
 
 
+def fold_affine(matrices, bias, scale, shift):
+    """The linear map ``x @ matrices + bias`` followed by the per-channel affine map ``y * scale + shift`` as one
+    linear map: :class:`FoldedAffine` of ``matrices * scale`` (``matrices`` (..., C_out), made contiguous) and
+    ``bias * scale + shift`` (``shift`` when ``bias`` is None)."""
+    return FoldedAffine((matrices * scale).contiguous(), (shift if bias is None else bias * scale + shift).contiguous())
+
+
 def fold_batch_norm(norm, weight, bias, weight_out_last, tag):
     """The linear map ``weight``/``bias`` followed by ``norm``, as one affine map (for inference).
 
@@ -98,12 +105,11 @@ def fold_batch_norm(norm, weight, bias, weight_out_last, tag):
     cached = norm.__dict__.get(_CACHE_ATTR)
     if key is not None and cached is not None and cached[0] == key:
         return cached[1]
-    scale, shift = batch_norm_affine(norm)
-    folded = FoldedAffine((weight_out_last(weight) * scale).contiguous(),
-                          (shift if bias is None else bias * scale + shift).contiguous())
+    folded = fold_affine(weight_out_last(weight), bias, *batch_norm_affine(norm))
     if key is not None:
         norm.__dict__[_CACHE_ATTR] = (key, folded)
     return folded
 
 
-__all__ = ['layer_by_layer', 'running_layer_by_layer', 'FoldedAffine', 'batch_norm_affine', 'fold_batch_norm']
+__all__ = ['layer_by_layer', 'running_layer_by_layer', 'FoldedAffine', 'batch_norm_affine', 'fold_affine',
+           'fold_batch_norm']
