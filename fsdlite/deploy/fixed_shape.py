@@ -58,15 +58,6 @@ class ExactRulebooks(NamedTuple):
     pairs: tuple       #: real pairs per ``ConvPlan.pair_slots`` entry
 
 
-def _require_bounds(model):
-    if getattr(model, 'bounds', None) is None:
-        raise ValueError(f'{type(model).__name__}: the fixed-shape run needs bounds=dict(...) in the model config '
-                         '(tools/collect_bounds.py measures them)')
-    if model.training:
-        raise RuntimeError(f'{type(model).__name__}: the fixed-shape run is for inference; call model.eval() '
-                           '(training runs the dynamic path)')
-
-
 def first_stage_rulebooks(model, inputs, strict=True, neighbour_maps=False):
     """The first-stage rulebooks of a preprocessed batch, the part of the pre-ops a model with smaller bounds (a
     deploy capacity tier) can reuse: :class:`ExactRulebooks` when the model runs on pair lists, else the
@@ -79,7 +70,7 @@ def first_stage_rulebooks(model, inputs, strict=True, neighbour_maps=False):
         neighbour_maps (bool): the maps also for a model on pair lists (the path of a batch with a level beyond
             its bound, which :func:`fixed_inputs` then cuts and counts).
     """
-    _require_bounds(model)
+    model.require_bounds()
     if model.uses_pair_lists() and not neighbour_maps:
         plan = model.backbone.conv_plan()
         maps, levels = plan.exact_kernel_maps(inputs['voxel_coors'].long())
@@ -114,7 +105,7 @@ def fixed_inputs(model, inputs, strict=True, maps=None):
     Returns:
         StaticInputs
     """
-    _require_bounds(model)
+    model.require_bounds()
     bounds = model.bounds
     levels = bounds['max_voxels']
     plan = model.backbone.conv_plan()
@@ -173,7 +164,7 @@ class FixedShapeDetector(BaseModel):
     """
 
     def __init__(self, detector):
-        _require_bounds(detector.eval())
+        detector.eval().require_bounds()
         super().__init__(data_preprocessor=detector.data_preprocessor)
         self.detector = detector
 

@@ -6,7 +6,8 @@ the raw weights of the last iteration. :func:`use_averaged_weights` makes the in
 for tools that go on with the trained model (``tools/demo.py``).
 """
 from mmengine.hooks import EMAHook
-from mmengine.model import is_model_wrapper
+
+from .tool_setup import runner_model
 
 
 def use_averaged_weights(runner):
@@ -21,8 +22,7 @@ def use_averaged_weights(runner):
     hooks = [hook for hook in runner.hooks if isinstance(hook, EMAHook)]
     if not hooks:
         return False
-    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
-    model.load_state_dict(hooks[-1].ema_model.module.state_dict())
+    runner_model(runner).load_state_dict(hooks[-1].ema_model.module.state_dict())
     return True
 
 

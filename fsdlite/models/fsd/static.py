@@ -61,7 +61,8 @@ class StaticDetectorMixin:
         """True when the bounds define ``max_pairs`` (the first-stage UNet runs on pair lists)."""
         return self.bounds is not None and 'max_pairs' in self.bounds
 
-    def _require_bounds(self):
+    def require_bounds(self):
+        """Raise unless the fixed-shape forward can run: ``bounds`` given (ValueError) and eval mode (RuntimeError)."""
         if self.bounds is None:
             raise ValueError(f'{type(self).__name__}: the fixed-shape forward needs bounds=dict(...) in the model '
                              'config (tools/collect_bounds.py measures them)')
@@ -84,7 +85,7 @@ class StaticDetectorMixin:
             ``box_codes`` (K, C, 8), ``instance_xyz`` (K, 3), ``instance_batch`` (K,), ``instance_labels`` (K,) or
             None, ``num_instances`` (), ``num_fg_points`` ().
         """
-        self._require_bounds()
+        self.require_bounds()
         plan, levels = self.backbone.conv_plan(), self.bounds['max_voxels']
         maps = plan.tiled_kernel_maps(nbrs, levels) if self.uses_pair_lists() else plan.dense_kernel_maps(nbrs, levels)
         inputs = dict(points=points, batch=batch, num_points=num_points, point2voxel=point2voxel,
