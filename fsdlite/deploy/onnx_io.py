@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ..utils import compat
 from ..utils.errors import ToolError
 from .translations import custom_translations
 
@@ -41,7 +42,7 @@ def export_graph(module, args, path, input_names, output_names, opset=DEFAULT_OP
     path.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     sink = contextlib.nullcontext() if verbose else contextlib.redirect_stdout(io.StringIO())
-    with torch.no_grad(), sink, warnings.catch_warnings():
+    with torch.no_grad(), sink, warnings.catch_warnings(), compat.onnx_export_rules():
         if not verbose:
             warnings.simplefilter('ignore')
         torch.onnx.export(module, tuple(args), str(path), dynamo=True, opset_version=int(opset),

@@ -23,6 +23,11 @@ import takes ~10 s on CPU, so it is never imported eagerly).
   - strided (non-submanifold) CPU convolutions were reported nondeterministically
     wrong with more than one torch thread; the guard runs their forward and backward
     with a single intra-op thread.
+* **ONNX export time** (onnxscript 0.7): the optimizer that ``torch.onnx.export(optimize=True)``
+  runs tries its one multi-output rewrite rule (``SlicesSplit``: two Slices of one tensor -> a
+  Split) at every node, and each try indexes the whole graph by op type, so the export time grows
+  with the square of the node count (minutes for a detector graph of ~7k nodes).
+  :func:`onnx_export_rules` leaves that rule out while an export runs.
 """
 import contextlib
 import functools
@@ -286,6 +291,31 @@ def import_spconv():
         import spconv.pytorch as spconv_pytorch
     patch_spconv()
     return spconv_pytorch
+
+
+#: onnxscript rewrite rules whose matching is quadratic in the graph's node count (see the module docstring)
+QUADRATIC_ONNX_RULES = ('SlicesSplit',)
+
+
+@contextlib.contextmanager
+def onnx_export_rules():
+    """Within the block, the optimizer of ``torch.onnx.export`` applies onnxscript's default rewrite rules less
+    :data:`QUADRATIC_ONNX_RULES`; unchanged where onnxscript keeps its rules elsewhere."""
+    try:
+        from onnxscript import rewriter
+    except ImportError:  # onnx export is an optional feature: torch.onnx reports the missing package itself
+        yield
+        return
+    rules = getattr(rewriter, '_DEFAULT_REWRITE_RULES', None)
+    if rules is None:
+        yield
+        return
+    rewriter._DEFAULT_REWRITE_RULES = tuple(rule for rule in rules
+                                            if getattr(rule, 'name', None) not in QUADRATIC_ONNX_RULES)
+    try:
+        yield
+    finally:
+        rewriter._DEFAULT_REWRITE_RULES = rules
 
 
 def apply_all():

@@ -1,4 +1,4 @@
-"""Tests of fsdlite.utils.compat: mmengine checkpoints on torch >= 2.6 and the spconv CPU shims."""
+"""Tests of fsdlite.utils.compat: mmengine checkpoints on torch >= 2.6, the spconv CPU shims, the ONNX export rules."""
 import itertools
 import warnings
 
@@ -182,3 +182,18 @@ def test_auto_backend_on_cuda_skips_an_spconv_that_does_not_run(monkeypatch):
     net = SparseUNet(4, (1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 8.0, 8.0, 8.0), base_channels=4,
                      encoder_channels=((4,), (4,)), decoder_channels=((4, 4, 4), (4, 4, 4))).cuda()
     assert net.resolved_conv_backend(torch.zeros(1, 4, device='cuda')) == 'fsdlite'
+
+
+def test_onnx_export_rules_leave_out_the_quadratic_rule_and_restore_the_defaults():
+    rewriter = pytest.importorskip('onnxscript.rewriter')
+    defaults = rewriter._DEFAULT_REWRITE_RULES
+    names = [getattr(rule, 'name', None) for rule in defaults]
+    assert set(compat.QUADRATIC_ONNX_RULES) <= set(names), 'onnxscript renamed the rule the shim leaves out'
+    with compat.onnx_export_rules():
+        inside = [getattr(rule, 'name', None) for rule in rewriter._DEFAULT_REWRITE_RULES]
+        assert not set(inside) & set(compat.QUADRATIC_ONNX_RULES)
+        assert len(inside) == len(names) - len(compat.QUADRATIC_ONNX_RULES)
+    assert rewriter._DEFAULT_REWRITE_RULES is defaults
+    with pytest.raises(RuntimeError), compat.onnx_export_rules():
+        raise RuntimeError('an export that fails')
+    assert rewriter._DEFAULT_REWRITE_RULES is defaults

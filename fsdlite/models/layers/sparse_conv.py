@@ -124,14 +124,16 @@ def _tiled_conv(x, kernel_map, weight, bias):
     check_index('sparse_conv: kernel_map.tile_offsets', kernel_map.tile_offsets, 0, weight.shape[0])
     tile = pairs.shape[1] // num_tiles if num_tiles else 1
     per_chunk = chunk_tiles(cin, tile, x.element_size())
+    # chunk boundaries by one split per index tensor (not a slice per chunk: an exported graph with thousands of
+    # Slice nodes makes the ONNX optimizer's Slice-pair rule quadratic in their number)
+    tiles = [min(per_chunk, num_tiles - first) for first in range(0, num_tiles, per_chunk)]
+    rows = [count * tile for count in tiles]
+    chunks = zip(tiles, pairs[0].split(rows), pairs[1].split(rows), kernel_map.tile_offsets.split(tiles))
     padded = with_dump_row(x)
     out = _output_rows(x, num_out + 1, cout, bias)
-    for first in range(0, num_tiles, per_chunk):
-        last = min(num_tiles, first + per_chunk)
-        rows = slice(first * tile, last * tile)
-        gathered = padded.index_select(0, pairs[0, rows]).view(last - first, tile, cin)
-        z = torch.bmm(gathered, weight.index_select(0, kernel_map.tile_offsets[first:last])).view(-1, cout)
-        out = out.index_add(0, pairs[1, rows], z)
+    for count, inputs, outputs, offsets in chunks:
+        gathered = padded.index_select(0, inputs).view(count, tile, cin)
+        out = out.index_add(0, outputs, torch.bmm(gathered, weight.index_select(0, offsets)).view(-1, cout))
     return out[:num_out]
 
 
