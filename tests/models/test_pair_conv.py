@@ -2,6 +2,8 @@
 equality with the dense kernel-map conv
 (itself tested against spconv and F.conv3d), pair-list properties, bounds (raise / truncate and count),
 gradients, bad inputs, a SparseUNet run on pair lists, ONNX export to Gather / MatMul / ScatterND."""
+import collections
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -10,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fsdlite.deploy.onnx_io import export_graph
 from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers import sparse_conv as sparse_conv_module
@@ -231,3 +234,29 @@ def test_onnx_export_uses_gather_matmul_scatternd(tmp_path):
     types, (got,), (expected,) = export_and_run(Conv(), (feats, pairs), tmp_path / 'pair_conv.onnx')
     assert {'Gather', 'MatMul', 'ScatterND'} <= types and 'ScatterElements' not in types, types
     np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-4)
+
+
+def test_chunked_conv_exports_one_split_per_index_tensor(tmp_path, monkeypatch):
+    """In chunks, the tiled conv's graph splits its pair and offset indices once (no Slice per chunk: the ONNX
+    optimizer's Slice rules grow with the square of such nodes) and still matches PyTorch in ONNX Runtime."""
+    monkeypatch.setattr(sparse_conv_module, 'CHUNK_BYTES', 8 * 8 * 4 * 2)  # 2 tiles of 8 rows per chunk
+    nbr = random_map(120, 100, 27, 0.15, seed=9)
+    pairs = pairs_from_nbr(nbr, 100, 600, tile=8).pairs
+    conv = RulebookSparseConv3d(8, 16, 3, subm=True)
+
+    class Conv(torch.nn.Module):
+        def forward(self, feats, pairs):
+            return pair_conv(feats, pairs, conv.weight, 120, conv.bias, tile=8)
+
+    feats = torch.randn(100, 8)
+    num_chunks = -(-pairs.shape[1] // 16)
+    assert num_chunks > 20
+    path = tmp_path / 'chunked.onnx'
+    export_graph(Conv().eval(), (feats, pairs), path, ['feats', 'pairs'], ['out'])
+    types = collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node)
+    assert types['Split'] <= 3 and types['Slice'] <= 2, types
+    assert types['MatMul'] == num_chunks, types
+    session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    got = session.run(None, {'feats': feats.numpy(), 'pairs': pairs.numpy()})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, Conv()(feats, pairs).numpy(), rtol=0, atol=1e-4)
