@@ -2,9 +2,10 @@
 import pytest
 import torch
 
+from fsdlite.models.layers.pair_conv import pairs_from_exact
 from fsdlite.models.layers.sparse_block import sparse_conv_block
 from fsdlite.models.layers.sparse_conv import KernelMap, RulebookSparseConv3d, resolve_backend, sparse_conv
-from fsdlite.models.layers.sparse_tensor import SparseTensor, map_key
+from fsdlite.models.layers.sparse_tensor import SparseTensor, given_map, map_key
 from fsdlite.ops import subm_offset_pairs, voxel_keys
 from fsdlite.utils import compat
 
@@ -156,3 +157,34 @@ def test_block_folds_its_norm_on_a_sparse_tensor():
         folded = block(x)
     assert folded.coords is x.coords
     torch.testing.assert_close(folded.features, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_given_maps_run_a_tensor_without_coords_as_the_built_ones():
+    """A fixed-shape run hands the maps in (``given_map``): the same convs on the same maps give the same features,
+    the output strides and grids follow the geometry, a padded map does not touch the voxel-count buffer, and a
+    conv whose map was not given is a clear error."""
+    x = _tensor(60, 2)
+    down = RulebookSparseConv3d(4, 8, 3, 2, 1, indice_key='d2', record_voxel_count=True)
+    up = RulebookSparseConv3d(8, 4, 3, inverse=True, indice_key='d2')
+    expected = up(down(x))
+    strided, y = x.kernel_map(down.geometry)
+    inverse, _ = y.kernel_map(up.geometry)
+    count = int(down.max_num_voxels_during_training)
+    def padded(kmap, num_in, num_out):  # as the pre-ops hand maps in: tiled pairs, rows padded to capacities
+        pairs = pairs_from_exact(kmap, num_in, num_out, int(kmap.pairs.shape[1]) + 50, tile=8).pairs
+        return KernelMap.tiled(pairs, num_in, num_out, tile=8)
+
+    rows = y.coords.shape[0] + 5  # the level's capacity
+    cache = {map_key(down.geometry, (1, 1, 1)): given_map(padded(strided, 60, rows), SHAPE, y.spatial_shape,
+                                                          (1, 1, 1), y.stride),
+             map_key(up.geometry, y.stride): given_map(padded(inverse, rows, 60), y.spatial_shape, SHAPE, y.stride,
+                                                       (1, 1, 1))}
+    given = SparseTensor(x.features, None, SHAPE, None, backend='fsdlite', cache=cache)
+    mid = down(given)
+    assert mid.coords is None and mid.stride == y.stride and mid.spatial_shape == y.spatial_shape
+    assert mid.features.shape == (rows, 8)
+    torch.testing.assert_close(up(mid).features, expected.features)
+    assert int(down.max_num_voxels_during_training) == count
+    other = RulebookSparseConv3d(4, 4, 3, padding=1, subm=True, indice_key='s9')
+    with pytest.raises(ValueError, match='no kernel map of key .* was given'):
+        other(given)

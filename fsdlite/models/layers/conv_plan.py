@@ -17,12 +17,13 @@ Submanifold convs of a level share one map; an inverse conv takes its strided co
 """
 import torch
 
+from fsdlite.ops import conv_output_shape
 from fsdlite.utils.constants import const
 
 from .pair_conv import pairs_from_exact, pairs_from_nbr
 from .rulebook_conv import build_rulebook, conv_geometry
 from .sparse_conv import KernelMap
-from .sparse_tensor import SparseTensor, voxel_order
+from .sparse_tensor import SparseTensor, given_map, map_key, voxel_order
 
 _ROWS = {'subm': (0, 0), 'conv': (-1, 0), 'inverse': (0, -1)}  # (input, output) level relative to the block's
 
@@ -276,6 +277,23 @@ class ConvPlan:
         :class:`KernelMap`, input rows from the level bounds."""
         layout = self._check_count('dense_kernel_maps', nbrs, max_voxels)
         return [KernelMap.dense(nbr, num_in) for nbr, (_, _, num_in, _) in zip(nbrs, layout)]
+
+    def fixed_tensor(self, features, kernel_maps, batch_size):
+        """A :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` of level-0 ``features`` (padded rows) whose
+        cache holds ``kernel_maps`` (one padded map per conv in execution order, from :meth:`tiled_kernel_maps` /
+        :meth:`dense_kernel_maps`): the network's forward then runs on the given maps. Convs that share a map key
+        (an ``indice_key``) run on the first one's map, as spconv's rulebook sharing."""
+        if len(kernel_maps) != len(self):
+            raise ValueError(f'fixed_tensor: expected {len(self)} kernel maps (one per conv), got {len(kernel_maps)}')
+        shapes, strides, cache = {0: self.sparse_shape}, {0: (1, 1, 1)}, {}
+        for g, s, kmap in zip(self.geometries, self.levels, kernel_maps):
+            if g.kind == 'conv' and s not in shapes:
+                shapes[s] = conv_output_shape(shapes[s - 1], g.kernel_size, g.stride, g.padding, g.dilation)
+                strides[s] = tuple(a * b for a, b in zip(strides[s - 1], g.stride))
+            rows_in, rows_out = (s + d for d in _ROWS[g.kind])
+            cache.setdefault(map_key(g, strides[rows_in]), given_map(kmap, shapes[rows_in], shapes[rows_out],
+                                                                     strides[rows_in], strides[rows_out]))
+        return SparseTensor(features, None, self.sparse_shape, batch_size, backend='fsdlite', cache=cache)
 
     def _check_count(self, name, maps, max_voxels):
         layout = self.rulebook_layout(max_voxels)

@@ -279,7 +279,7 @@ class RulebookSparseConv3d(nn.Module):
                              'brings its own maps')
         kmap, out = x.kernel_map(self.geometry)
         buffer = getattr(self, MAX_VOXELS_BUFFER, None)
-        if buffer is not None:
+        if buffer is not None and kmap.layout == 'exact':  # a padded map's num_out is its capacity
             buffer.clamp_(min=kmap.num_out)
         return out.replace_feature(sparse_conv(x.features, kmap, matrices, bias, mode=mode))
 

@@ -14,6 +14,11 @@ one :class:`~fsdlite.ops.sparse_conv.KernelMap` object:
 
 Exact maps run on fsdlite's fused kernels or, for a tensor whose backend is ``'spconv'``, on spconv's
 (:meth:`KernelMap.on_spconv <fsdlite.ops.sparse_conv.KernelMap.on_spconv>`).
+
+A fixed-shape run (padded maps built by the deploy pre-ops or in the graph) gives the maps instead: a tensor
+without coordinates whose cache already holds every conv's map (:func:`given_map`,
+:meth:`ConvPlan.fixed_tensor <fsdlite.models.layers.conv_plan.ConvPlan.fixed_tensor>`), so the network runs the
+same code on either.
 """
 from typing import NamedTuple
 
@@ -32,6 +37,11 @@ class _Entry(NamedTuple):
     out_shape: tuple
     in_stride: tuple
     out_stride: tuple
+
+
+def given_map(kernel_map, in_shape, out_shape, in_stride, out_stride):
+    """A cache entry for a map built elsewhere (a fixed-shape run's padded map): no voxel coordinates."""
+    return _Entry(kernel_map, None, None, tuple(in_shape), tuple(out_shape), tuple(in_stride), tuple(out_stride))
 
 
 def map_key(geometry, tensor_stride):
@@ -57,9 +67,10 @@ class SparseTensor:
 
     Args:
         features (Tensor): (N, C) float.
-        coords (Tensor): (N, 4) integer ``[b, z, y, x]`` inside ``spatial_shape``, unique rows (stored as int64).
+        coords (Tensor): (N, 4) integer ``[b, z, y, x]`` inside ``spatial_shape``, unique rows (stored as int64);
+            None for a tensor whose ``cache`` holds every map its convs need (:func:`given_map`).
         spatial_shape (Sequence[int]): grid ``(nz, ny, nx)``.
-        batch_size (int): B (samples may have no voxels).
+        batch_size (int): B (samples may have no voxels; None allowed without coords).
         stride (Sequence[int]): stride of the grid relative to the network's input, (z, y, x).
         backend (str): what runs exact maps, one of :data:`~fsdlite.models.layers.sparse_conv.BACKENDS`
             (``'auto'`` is decided for the device of ``features``:
@@ -68,19 +79,20 @@ class SparseTensor:
     """
 
     def __init__(self, features, coords, spatial_shape, batch_size, stride=(1, 1, 1), backend='auto', cache=None):
-        if coords.dim() != 2 or coords.shape[1] != 4 or coords.is_floating_point():
+        if coords is not None and (coords.dim() != 2 or coords.shape[1] != 4 or coords.is_floating_point()):
             raise ValueError(f'SparseTensor: coords must be an integer (N, 4) [b, z, y, x] tensor, got '
                              f'{coords.dtype} {tuple(coords.shape)}')
-        if features.dim() != 2 or features.shape[0] != coords.shape[0]:
-            raise ValueError(f'SparseTensor: features must have shape ({coords.shape[0]}, C) (one row per voxel of '
+        rows = features.shape[0] if coords is None else coords.shape[0]
+        if features.dim() != 2 or features.shape[0] != rows:
+            raise ValueError(f'SparseTensor: features must have shape ({rows}, C) (one row per voxel of '
                              f'coords), got {tuple(features.shape)}')
         if len(spatial_shape) != 3 or len(stride) != 3:
             raise ValueError(f'SparseTensor: spatial_shape and stride need 3 entries (z, y, x), got '
                              f'{tuple(spatial_shape)} and {tuple(stride)}')
         self.features = features
-        self.coords = coords.long()
+        self.coords = None if coords is None else coords.long()
         self.spatial_shape = tuple(int(v) for v in spatial_shape)
-        self.batch_size = int(batch_size)
+        self.batch_size = None if batch_size is None else int(batch_size)
         self.stride = tuple(int(v) for v in stride)
         self.backend = backend if backend in BACKENDS[1:] else resolve_backend(backend, features.device)
         self.cache = {} if cache is None else cache
@@ -111,6 +123,9 @@ class SparseTensor:
         key = map_key(geometry, self.stride)
         entry = self.cache.get(key)
         if entry is None:
+            if self.coords is None:
+                raise ValueError(f'SparseTensor: no kernel map of key {key} was given, and a tensor without coords '
+                                 'cannot build one')
             entry = self._build(geometry)
             self.cache[key] = entry
         elif entry.in_coords is not self.coords and not torch.equal(entry.in_coords, self.coords):
@@ -145,9 +160,10 @@ class SparseTensor:
     def __repr__(self):
         """Rows, channels, grid, stride, batch size, backend and cached maps."""
         channels = None if self.features is None else self.features.shape[1]
-        return (f'SparseTensor(rows={self.coords.shape[0]}, channels={channels}, spatial_shape={self.spatial_shape}, '
+        rows = (self.features if self.coords is None else self.coords).shape[0]
+        return (f'SparseTensor(rows={rows}, channels={channels}, spatial_shape={self.spatial_shape}, '
                 f'stride={self.stride}, batch_size={self.batch_size}, backend={self.backend!r}, '
                 f'cached_maps={len(self.cache)})')
 
 
-__all__ = ['SparseTensor', 'map_key', 'voxel_order']
+__all__ = ['SparseTensor', 'given_map', 'map_key', 'voxel_order']

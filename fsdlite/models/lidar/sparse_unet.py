@@ -140,7 +140,7 @@ class SparseUNet(nn.Module):
             row-aligned with the padded input, padding rows unspecified).
         """
         if kernel_maps is not None:
-            return self._forward_maps(voxel_feats, kernel_maps)
+            return self.forward_sparse(self.conv_plan().fixed_tensor(voxel_feats, kernel_maps, batch_size)).features
         if voxel_feats.dim() != 2 or voxel_feats.shape[1] != self.in_channels:
             raise ValueError(f'voxel_feats must have shape (V, {self.in_channels}), got {tuple(voxel_feats.shape)}')
         if voxel_feats.shape[0] == 0:
@@ -190,30 +190,15 @@ class SparseUNet(nn.Module):
             self.__dict__[_PLAN_ATTR] = cached
         return cached[1]
 
-    def _forward_maps(self, voxel_feats, kernel_maps):
-        """Fixed-shape forward over given maps (see :meth:`forward`)."""
-        expected = sum(1 for _ in self.conv_blocks())
-        if len(kernel_maps) != expected:
-            raise ValueError(f'SparseUNet: expected {expected} kernel maps (one per conv), got {len(kernel_maps)}')
-        maps = iter(kernel_maps)
-        return self.forward_sparse(voxel_feats, lambda block, x: block(x, next(maps)))
-
     def forward_sparse(self, x, run=None):
         """The UNet on a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor` of ``in_channels`` features ->
         the tensor of ``out_channels`` features on the same voxels (rows in the same order).
 
         Args:
-            x: the input, also any sparse tensor with ``features`` and ``replace_feature``, or (rows, C) features
-                with a ``run`` that brings the maps.
+            x: the input (also any sparse tensor with ``features`` and ``replace_feature``).
             run (callable, optional): ``run(block, x)`` runs one conv block (default: calls it on ``x``).
         """
         run = run or _call
-        def feats(t):
-            return t if isinstance(t, torch.Tensor) else t.features
-
-        def with_feats(t, f):
-            return f if isinstance(t, torch.Tensor) else t.replace_feature(f)
-
         x = run(self.conv_input, x)
         skips = []
         for stage in self.encoder:
@@ -222,9 +207,10 @@ class SparseUNet(nn.Module):
             skips.append(x)
         for lateral, merge, upsample, skip in zip(self.lateral, self.merge, self.upsample, reversed(skips)):
             lat = run(lateral, skip)
-            cat = torch.cat([feats(x), feats(lat)], 1)
-            merged = run(merge, with_feats(lat, cat))
-            x = run(upsample, with_feats(merged, feats(merged) + _sum_channel_groups(cat, feats(merged).shape[1])))
+            cat = torch.cat([x.features, lat.features], 1)
+            merged = run(merge, lat.replace_feature(cat))
+            x = run(upsample, merged.replace_feature(merged.features
+                                                    + _sum_channel_groups(cat, merged.features.shape[1])))
         return x
 
 
