@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fsdlite.models.layers.rulebook_conv import build_rulebook, conv_geometry, kernel_matrices
+from fsdlite.models.layers.rulebook_conv import build_rulebook, conv_geometry, kernel_matrices, output_grid
 from fsdlite.models.layers.sparse_conv import KernelMap, RulebookSparseConv3d, conv_module_forward, sparse_conv
 from fsdlite.ops import voxelize
 from fsdlite.deploy.translations import custom_translations
@@ -71,7 +71,7 @@ def run_chain_static(layers, coors, num_valid, feats, shape, max_out, wrap=False
         rb = build_rulebook(layer, c, n, s, cache, max_out=max_out)
         kmap = dense_map(rb.nbr, x)
         x = RulebookSparseConv3d.from_spconv(layer)(x, kmap) if wrap else conv_module_forward(layer, x, kmap)
-        c, n, s = rb.out_coors, rb.num_valid_out, rb.out_spatial_shape
+        c, n, s = rb.out_coors, rb.num_valid_out, output_grid(layer, s, cache)
         rbs.append(rb)
     return x, rbs
 
@@ -91,7 +91,7 @@ def test_chain_matches_spconv(spconv, wrap):
     n_mid = int(rbs[1].num_valid_out)
     order = sort_rows(mid.indices.long())
     assert n_mid == mid.indices.shape[0] and torch.equal(rbs[1].out_coors[:n_mid], mid.indices.long()[order])
-    assert rbs[1].out_spatial_shape == tuple(mid.spatial_shape)
+    assert output_grid(layers[1], SHAPE) == tuple(mid.spatial_shape)
     assert x.shape == (pc.shape[0], 5)
     torch.testing.assert_close(x[:coors.shape[0]], outs[-1].features, rtol=1e-5, atol=1e-5)
 
@@ -148,11 +148,13 @@ def test_matches_dense_conv3d(kernel, stride, padding, dilation):
     assert int((F.conv3d(dense(coors, feats.abs() + 1, SHAPE), w.abs(), None, stride, padding, dilation)
                 .sum(1) > 0).sum()) == m
     inverse = randomize(RulebookSparseConv3d(6, 4, kernel, indice_key='a', inverse=True), 1)
-    inv_rb = build_rulebook(inverse, rb.out_coors, rb.num_valid_out, rb.out_spatial_shape, cache)
+    grid = output_grid(conv, SHAPE)
+    inv_rb = build_rulebook(inverse, rb.out_coors, rb.num_valid_out, grid, cache)
+    assert output_grid(inverse, grid, cache) == SHAPE
     y = inverse(out, dense_map(inv_rb.nbr, out))
     geometry = [[v] * 3 if isinstance(v, int) else list(v) for v in (kernel, stride, padding, dilation)]
-    reach = [(o - 1) * s - 2 * p + d * (k - 1) + 1 for o, k, s, p, d in zip(rb.out_spatial_shape, *geometry)]
-    up = F.conv_transpose3d(dense(rb.out_coors[:m], out[:m], rb.out_spatial_shape),
+    reach = [(o - 1) * s - 2 * p + d * (k - 1) + 1 for o, k, s, p, d in zip(grid, *geometry)]
+    up = F.conv_transpose3d(dense(rb.out_coors[:m], out[:m], grid),
                             inverse.weight.permute(4, 0, 1, 2, 3), inverse.bias, stride, padding,
                             output_padding=[a - b for a, b in zip(SHAPE, reach)], dilation=dilation)
     torch.testing.assert_close(y[:n], at(up, coors), rtol=1e-5, atol=1e-5)
@@ -247,11 +249,13 @@ def test_build_rulebook_cache_rules_and_bounds():
     strided = build_rulebook(down, pc, n, SHAPE, cache, max_out=n)
     assert build_rulebook(down, pc, n, SHAPE, cache, max_out=n) is strided  # a second pass reuses the cache
     with pytest.raises(ValueError, match="indice_key 'd2' is shared by layers with different input voxels"):
-        build_rulebook(down, strided.out_coors, strided.num_valid_out, strided.out_spatial_shape, cache, max_out=n)
+        build_rulebook(down, strided.out_coors, strided.num_valid_out, output_grid(down, SHAPE), cache, max_out=n)
     with pytest.raises(ValueError, match="indice_key 'd2' is shared by layers of different geometry"):
         build_rulebook(RulebookSparseConv3d(4, 4, 3, 1, 1, indice_key='d2'), pc, n, SHAPE, cache, max_out=n)
     with pytest.raises(KeyError, match="indice_key 'zz' needs the rulebook of the strided conv"):
         build_rulebook(RulebookSparseConv3d(4, 4, 3, inverse=True, indice_key='zz'), pc, n, SHAPE, cache)
+    with pytest.raises(KeyError, match="output_grid: the inverse conv with indice_key 'zz' needs the cache"):
+        output_grid(RulebookSparseConv3d(4, 4, 3, inverse=True, indice_key='zz'), SHAPE, cache)
     with pytest.raises(ValueError, match='an inverse conv needs the indice_key'):
         RulebookSparseConv3d(4, 4, 3, inverse=True)
     with pytest.raises(TypeError, match='is not a sparse conv'):

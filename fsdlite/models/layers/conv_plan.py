@@ -21,7 +21,7 @@ from fsdlite.ops import conv_output_shape
 from fsdlite.utils.constants import const
 
 from .pair_conv import pairs_from_exact, pairs_from_nbr
-from .rulebook_conv import build_rulebook, conv_geometry
+from .rulebook_conv import build_rulebook, conv_geometry, output_grid
 from .sparse_conv import KernelMap
 from .sparse_tensor import SparseTensor, given_map, map_key, voxel_order
 
@@ -185,7 +185,7 @@ class ConvPlan:
             rb = build_rulebook(conv, *levels[level], cache=cache, max_out=max_voxels[s], ops=ops,
                                 bound_name=f'{bound_name}[{s}]', strict=strict)
             if g.kind == 'conv':
-                levels.append((rb.out_coors, rb.num_valid_out, rb.out_spatial_shape))
+                levels.append((rb.out_coors, rb.num_valid_out, output_grid(conv, levels[level][2])))
                 dropped.append(rb.num_dropped)
             nbrs.append(rb.nbr)
         return nbrs, [lv[1] for lv in levels], dropped

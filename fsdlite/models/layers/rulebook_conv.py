@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 import fsdlite.ops as fsdlite_ops
-from fsdlite.ops import conv_output_shape, rulebook_inverse
+from fsdlite.ops import ConvRulebook, conv_output_shape, rulebook_inverse
 from fsdlite.structures.bounds import check_bound, is_exporting
 
 CONV_KINDS = ('subm', 'conv', 'inverse')
@@ -65,21 +65,12 @@ def kernel_matrices(weight, one_by_one=False):
     return weight.reshape(cout, -1, cin).permute(1, 2, 0)
 
 
-class Rulebook(NamedTuple):
-    """Neighbour map of one layer and its output voxels (all padded)."""
-    nbr: torch.Tensor            #: (Vout_max, K) int64 rows of the input; Vin_max = dump
-    out_coors: torch.Tensor      #: (Vout_max, 4) int64 [b, z, y, x] (padding rows 0)
-    num_valid_out: torch.Tensor  #: () int64
-    out_spatial_shape: tuple     #: (nz, ny, nx) of the output grid
-    num_dropped: torch.Tensor    #: () int64 outputs beyond the bound (0 unless exporting)
-
-
 class _Entry(NamedTuple):
     geometry: ConvGeometry
     in_coors: torch.Tensor
     in_num_valid: torch.Tensor
     in_spatial_shape: tuple
-    rulebook: Rulebook
+    rulebook: ConvRulebook
 
 
 def _inverse_map(nbr, num_rows, ops=None):
@@ -105,6 +96,22 @@ def _same_voxels(entry, coors, num_valid, spatial_shape):
             and entry.in_coors.shape == coors.shape and torch.equal(entry.in_coors[:n], coors[:n]))
 
 
+def output_grid(module, spatial_shape, cache=None):
+    """(nz, ny, nx) output grid of a sparse conv layer on an input grid ``spatial_shape``: the same grid for a
+    submanifold conv, :func:`fsdlite.ops.conv_output_shape` for a strided one, and for an inverse conv the input grid
+    of the strided conv with its ``indice_key`` (from the :func:`build_rulebook` ``cache``)."""
+    g = conv_geometry(module)
+    if g.kind == 'subm':
+        return tuple(int(v) for v in spatial_shape)
+    if g.kind == 'conv':
+        return conv_output_shape(spatial_shape, g.kernel_size, g.stride, g.padding, g.dilation)
+    entry = None if cache is None else cache.get(g.indice_key)
+    if entry is None:
+        raise KeyError(f'output_grid: the inverse conv with indice_key {g.indice_key!r} needs the cache holding its '
+                       'strided conv')
+    return tuple(entry.in_spatial_shape)
+
+
 def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=None, bound_name='max_voxels',
                   ops=None, strict=None):
     """Neighbour map and output voxels of a sparse conv layer on padded voxels.
@@ -113,7 +120,7 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
     in eager mode, the same input voxels; so a strided conv needs its own key, as in spconv); an inverse conv
     uses the entry of the strided conv with its key (its outputs are that conv's input voxels). Layers without
     a key are never cached. A cache filled by one pass can be given to the next one: every layer then finds
-    its map there. Exported graphs take the maps (``Rulebook.nbr``) as tensor inputs, built here in eager mode
+    its map there. Exported graphs take the maps (``ConvRulebook.nbr``) as tensor inputs, built here in eager mode
     (the rulebook ops cannot run in a graph), or build them in-graph through an export-safe ``ops``.
 
     Args:
@@ -129,9 +136,11 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
             ``fsdlite.ops`` signatures (default: ``fsdlite.ops``, eager only); an export-safe implementation
             builds rulebooks inside a graph.
         strict (bool, optional): raise when a strided conv has more than ``max_out`` outputs (default: eager
-            mode); False keeps the first ``max_out`` and counts the rest in ``Rulebook.num_dropped``.
+            mode); False keeps the first ``max_out`` and counts the rest in ``num_dropped``.
     Returns:
-        Rulebook
+        ConvRulebook: the layer's (V_out, K) ``nbr`` and its output voxels ``out_coors`` / ``num_valid_out`` (a
+        submanifold conv's are its input's, an inverse conv's its strided conv's input), ``num_dropped`` outputs
+        beyond ``max_out``; the output grid is :func:`output_grid`'s.
     Raises:
         BoundExceededError: (strict) a strided conv has more than ``max_out`` output voxels.
     """
@@ -144,8 +153,8 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
                            f'in the cache; found {None if entry is None else entry.geometry.kind!r}')
         rb = entry.rulebook
         nbr = _inverse_map(rb.nbr, entry.in_coors.shape[0], ops)
-        return Rulebook(nbr, entry.in_coors, entry.in_num_valid, entry.in_spatial_shape,
-                        torch.zeros((), dtype=torch.long, device=coors.device))
+        return ConvRulebook(entry.in_coors, entry.in_num_valid, torch.zeros((), dtype=torch.long, device=coors.device),
+                            nbr)
     if entry is not None:
         if entry.geometry.kind != g.kind or not _same_geometry(entry.geometry, g):
             raise ValueError(f'indice_key {key!r} is shared by layers of different geometry ({entry.geometry} vs {g})')
@@ -165,7 +174,7 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
         nbr = (torch.where(torch.arange(coors.shape[0], device=coors.device) < num_valid,
                            torch.arange(coors.shape[0], device=coors.device), coors.shape[0]).view(-1, 1)
                if g.one_by_one else rulebook_subm(coors, num_valid, shape, g.kernel_size, g.dilation))
-        rb = Rulebook(nbr, coors, num_valid, shape, torch.zeros((), dtype=torch.long, device=coors.device))
+        rb = ConvRulebook(coors, num_valid, torch.zeros((), dtype=torch.long, device=coors.device), nbr)
     else:
         if max_out is None:
             raise ValueError(f'strided conv (indice_key={key!r}) needs max_out, the output voxel bound')
@@ -175,12 +184,11 @@ def build_rulebook(module, coors, num_valid, spatial_shape, cache=None, max_out=
         buffer = getattr(module, MAX_VOXELS_BUFFER, None)
         if buffer is not None:
             buffer.copy_(torch.maximum(buffer, needed.to(buffer)))
-        rb = Rulebook(res.nbr, res.out_coors, res.num_valid_out,
-                      conv_output_shape(shape, g.kernel_size, g.stride, g.padding, g.dilation), dropped)
+        rb = ConvRulebook(res.out_coors, res.num_valid_out, dropped, res.nbr)
     if cache is not None and key is not None:
         cache[key] = _Entry(g, coors, num_valid, shape, rb)
     return rb
 
 
-__all__ = ['CONV_KINDS', 'MAX_VOXELS_BUFFER', 'ConvGeometry', 'conv_geometry', 'kernel_matrices', 'Rulebook',
+__all__ = ['CONV_KINDS', 'MAX_VOXELS_BUFFER', 'ConvGeometry', 'conv_geometry', 'kernel_matrices', 'output_grid',
            'build_rulebook']
