@@ -26,7 +26,7 @@ DETECTOR_STAGES = {
     'vfe': [('voxel_encoder', 'forward')],
     'backbone': [('backbone', 'forward')],
     'neck_head': [('neck', 'forward'), ('seg_head', 'forward')],
-    'fg_sampling': [('fg_sampler', '__call__'), ('fg_sampler', 'select_padded')],
+    'fg_sampling': [('fg_sampler', '__call__')],
     'instances': [('', 'instances')],
     'sir': [('sir', 'forward')],
     'virtual_voxels': [('virtual_encoder', 'forward'), ('virtual_vfe', 'forward')],

@@ -123,17 +123,17 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
 
     def sample_foreground(self, inputs, seg_outputs, training):
         """Foreground points with their voted centres: the sampler's thresholds and budgets (``runtime_info``'s
-        warm-up mode while training); in the fixed execution mode its per-class top-k under ``max_fg_points``
-        (a ``PaddedForeground``)."""
+        warm-up mode while training); in the fixed execution mode the padded points and ``max_fg_points`` bound
+        them (fixed-shape :class:`~fsdlite.models.fsd.fg_sampler.ForegroundPoints`)."""
         scores, codes, xyz = seg_outputs['seg_logits'].sigmoid(), seg_outputs['vote_codes'], inputs['points'][:, :3]
-        if execution_mode() == 'fixed':
-            valid = valid_mask(inputs['num_points'], xyz.shape[0], xyz.device)
-            return self.fg_sampler.select_padded(scores, codes, xyz, inputs['batch'], valid, inputs['batch_size'],
-                                                 self.bounds['max_fg_points'], strict=inputs['strict'])
         mode = self.runtime_info['fg_mode'] if training else 'threshold'
         offset = self.runtime_info['threshold_offset'] if training else 0.0
+        fixed = {}
+        if execution_mode() == 'fixed':
+            fixed = dict(valid=valid_mask(inputs['num_points'], xyz.shape[0], xyz.device),
+                         bounds=self.bounds['max_fg_points'], strict=inputs['strict'])
         return self.fg_sampler(scores, codes, xyz, inputs['batch'], inputs['batch_size'], mode=mode,
-                               threshold_offset=offset)
+                               threshold_offset=offset, **fixed)
 
     def _head_outputs(self, inputs):
         if inputs['voxel_coors'].shape[0] == 0:

@@ -6,7 +6,7 @@ see :class:`fsdlite.engine.fsd_hooks.FSDWarmupHook`) the ``warmup_topk[c]`` best
 regardless of score.  A point may be kept for several classes.  Points above the threshold but
 beyond the budget are counted (``num_over_budget``), never dropped silently.
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -16,13 +16,17 @@ from fsdlite.utils.constants import const
 from ...registry import TASK_UTILS
 from ..layers.static_ops import gather_rows, masked_topk
 from .coders import decode_vote
-from .indexing import mask_to_index, mask_to_padded_index, segment_count, segment_rank
+from .indexing import mask_to_index, mask_to_padded_index
 
 
 class ForegroundPoints(NamedTuple):
-    """Selected (point, class) pairs: ``point_index`` (P,), ``class_id`` (P,), ``batch`` (P,),
-    ``centre`` (P, 3) voted centres (clamped into the point range, no gradient), ``score`` (P,),
-    and ``num_over_budget`` (0-d int64) above-threshold candidates cut by the budget."""
+    """Selected (point, class) pairs, point-major: ``point_index`` (P,), ``class_id`` (P,), ``batch`` (P,),
+    ``centre`` (P, 3) voted centres (clamped into the point range, no gradient), ``score`` (P,), and
+    ``num_over_budget`` (0-d int64) above-threshold candidates cut by the budget.
+
+    Fixed shapes (the sampler given ``bounds``): P slots, the first ``num_valid`` () used, ``point_index`` N (dump)
+    and ``class_id`` / ``batch`` 0 in the others; ``dropped`` (C,) selections beyond the per-class bounds.
+    """
 
     point_index: torch.Tensor
     class_id: torch.Tensor
@@ -30,21 +34,8 @@ class ForegroundPoints(NamedTuple):
     centre: torch.Tensor
     score: torch.Tensor
     num_over_budget: torch.Tensor
-
-
-class PaddedForeground(NamedTuple):
-    """Fixed-shape :class:`ForegroundPoints` (P slots, the first ``num_valid`` used, point-major order):
-    ``point_index`` (P,) (N = dump), ``class_id``, ``batch`` (P,) (0 in padding), ``centre`` (P, 3), ``score`` (P,),
-    ``num_valid`` (), ``num_over_budget`` () and ``dropped`` (C,) selections beyond the per-class bounds."""
-
-    point_index: torch.Tensor
-    class_id: torch.Tensor
-    batch: torch.Tensor
-    centre: torch.Tensor
-    score: torch.Tensor
-    num_valid: torch.Tensor
-    num_over_budget: torch.Tensor
-    dropped: torch.Tensor
+    num_valid: Optional[torch.Tensor] = None
+    dropped: Optional[torch.Tensor] = None
 
 
 def _per_class(name, values, num_classes, cast):
@@ -80,8 +71,10 @@ class ForegroundSampler:
                              f'got {point_range}')
         self.point_range = [float(v) for v in point_range]
 
-    def __call__(self, scores, vote_codes, xyz, batch, batch_size, mode='threshold', threshold_offset=0.0):
-        """Select foreground (point, class) pairs.
+    def __call__(self, scores, vote_codes, xyz, batch, batch_size, mode='threshold', threshold_offset=0.0,
+                 valid=None, bounds=None, names=None, strict=None):
+        """Select foreground (point, class) pairs: per class and sample, the ``budget`` best points above the
+        threshold (``masked_topk`` over a (B, N) layout, no loop over samples), listed point-major.
 
         Args:
             scores (Tensor): (N, C) class-wise sigmoid scores.
@@ -89,8 +82,16 @@ class ForegroundSampler:
             xyz (Tensor): (N, 3) point coordinates.
             batch (Tensor): (N,) sample ids in [0, batch_size).
             batch_size (int): B.
-            mode (str): 'threshold' (score threshold + budget) or 'topk' (warm-up: budget only).
+            mode (str): 'threshold' (score threshold + ``max_per_class``) or 'topk' (warm-up: ``warmup_topk``,
+                whatever the score).
             threshold_offset (float): subtracted from the thresholds (the warm-up hook's buffer).
+            valid (Tensor, optional): (N,) bool real points (padded inputs).
+            bounds (Sequence[int], optional): fixed shapes: per class, the bound on selected points per sample
+                (``max_fg_points``; the budget is the smaller of it and the class's); the result is padded to
+                ``B * sum(budgets)`` slots.
+            names (Sequence[str], optional): bound names for overflow errors (default ``max_fg_points[c]``).
+            strict (bool, optional): with ``bounds``, raise on overflow (default: eager mode; exporting keeps the
+                best and counts the rest in ``dropped``).
         Returns:
             ForegroundPoints
         """
@@ -100,37 +101,45 @@ class ForegroundSampler:
         if c != self.num_classes or vote_codes.shape != (n, c, 3):
             raise ValueError(f'ForegroundSampler: expected scores (N, {self.num_classes}) and vote_codes (N, C, 3), '
                              f'got {tuple(scores.shape)} and {tuple(vote_codes.shape)}')
-        device = scores.device
-        flat = scores.detach().reshape(-1)
-        budgets = torch.tensor(self.warmup_topk if mode == 'topk' else self.max_per_class, device=device)
-        if mode == 'threshold':
-            # Rank only the pairs above their threshold: they outscore every pair below it, so their rank among
-            # themselves is their rank among all pairs of the same (sample, class) (and the sort is much smaller).
-            thr = torch.tensor(self.score_thresholds, dtype=flat.dtype, device=device) - threshold_offset
-            cand = mask_to_index((scores.detach() > thr).reshape(-1))
+        if bounds is not None and len(bounds) != c:
+            raise ValueError(f'ForegroundSampler: bounds needs one value per class ({c}), got {bounds}')
+        detached = scores.detach()
+        in_sample = batch[None, :] == torch.arange(batch_size, device=batch.device)[:, None]     # (B, N)
+        if valid is not None:
+            in_sample = in_sample & valid[None, :]
+        if mode == 'topk':
+            above, budgets = None, self.warmup_topk
         else:
-            cand = torch.arange(n * c, device=device)
-        cand_cls = cand % c
-        segment = batch.index_select(0, cand // c) * c + cand_cls
-        num_over_budget = torch.zeros((), dtype=torch.int64, device=device)
-        counts, fits = None, False  # candidates per (sample, class), reused by the ranking; all within budget?
-        if mode == 'threshold':
-            fits = segment.numel() <= min(self.max_per_class)  # fewer candidates than any budget: no count needed
-            if not fits:
-                counts = segment_count(segment, batch_size * c)
-                fits = bool((counts.view(batch_size, c) <= budgets).all())
-        if fits:
-            sel = cand  # every candidate fits its budget: nothing to rank
+            thr = const([v - float(threshold_offset) for v in self.score_thresholds], detached.dtype, scores.device)
+            above, budgets = detached > thr, self.max_per_class
+        keep = torch.zeros(n * c + 1, dtype=torch.long, device=scores.device)
+        over_budget = torch.zeros((), dtype=torch.long, device=scores.device)
+        dropped, slots = [], 0
+        for k in range(c):  # classes (a constant of the model), never samples
+            cand = in_sample if above is None else in_sample & above[:, k]
+            budget = budgets[k]
+            if above is not None:
+                over_budget = over_budget + (cand.long().sum(1) - budget).clamp(min=0).sum()
+            if bounds is not None:
+                needed = cand.long().sum(1).clamp(max=budget).max()
+                name = names[k] if names else f'max_fg_points[{k}]'
+                dropped.append(check_bound(needed, bounds[k], name, strict=strict))
+                budget = min(budget, int(bounds[k]))
+            slots += budget
+            top = masked_topk(detached[:, k].expand(batch_size, n), budget, valid=cand).indices
+            flat = torch.where(top < n, top * c + k, torch.full_like(top, n * c))
+            keep = keep.scatter(0, flat.reshape(-1), torch.ones_like(flat.reshape(-1)))
+        selected = keep[:n * c] > 0
+        if bounds is None:
+            sel, num = mask_to_index(selected), None
         else:
-            keep = (segment_rank(segment, flat.index_select(0, cand), batch_size * c, counts)
-                    < budgets.index_select(0, cand_cls))
-            if mode == 'threshold':
-                num_over_budget = (~keep).sum()
-            sel = cand[keep]
-        point_index, class_id = sel // c, sel % c  # sel indexes the flattened (N, C) pairs
-        centre = self.voted_centre(xyz.index_select(0, point_index), vote_codes.reshape(n * c, 3).index_select(0, sel))
-        return ForegroundPoints(point_index, class_id, batch.index_select(0, point_index), centre,
-                                scores.reshape(n * c).index_select(0, sel), num_over_budget)
+            sel, num, _ = mask_to_padded_index(selected, batch_size * slots)
+        point_index = torch.where(sel < n * c, sel // c, torch.full_like(sel, n))
+        codes = gather_rows(vote_codes.reshape(n * c, 3), sel)
+        centre = self.voted_centre(gather_rows(xyz, point_index), codes)
+        return ForegroundPoints(point_index, sel % c, gather_rows(batch, point_index), centre,
+                                gather_rows(scores.reshape(n * c), sel), over_budget, num,
+                                None if bounds is None else torch.stack(dropped))
 
     def voted_centre(self, xyz, codes):
         """Voted centres (P, 3) of points ``xyz`` (P, 3) with vote codes (P, 3), clamped into the point range."""
@@ -139,48 +148,3 @@ class ForegroundSampler:
         high = const([float(v) for v in self.point_range[3:]], xyz.dtype, xyz.device)
         # keep centres strictly inside the range so every voxelization of them includes them
         return torch.maximum(torch.minimum(xyz + offsets, high - 1e-3), low)
-
-    def select_padded(self, scores, vote_codes, xyz, batch, valid, batch_size, bounds, names=None, strict=None):
-        """Fixed-shape twin of ``__call__`` in threshold mode (inference).
-
-        Per class ``c`` and sample, the best ``min(max_per_class[c], bounds[c])`` points above the threshold
-        are kept (``masked_topk`` over a (B, N) layout: no loop over samples); the selected (point, class)
-        pairs are listed point-major, as in the dynamic mode.
-
-        Args:
-            scores, vote_codes, xyz, batch: as ``__call__``, padded to N rows.
-            valid (Tensor): (N,) bool real points.
-            batch_size (int): B.
-            bounds (Sequence[int]): per class, the bound on selected points per sample (``max_fg_points``).
-            names (Sequence[str], optional): bound names for overflow errors (default ``max_fg_points[c]``).
-            strict (bool, optional): raise on overflow (default: eager mode; exporting keeps the best).
-        Returns:
-            PaddedForeground
-        """
-        n, c = scores.shape
-        if len(bounds) != c:
-            raise ValueError(f'ForegroundSampler.select_padded: bounds needs one value per class ({c}), got {bounds}')
-        names = names or [f'max_fg_points[{k}]' for k in range(c)]
-        detached = scores.detach()
-        thr = const([float(v) for v in self.score_thresholds], detached.dtype, scores.device)
-        above = (detached > thr) & valid[:, None]
-        in_sample = batch[None, :] == torch.arange(batch_size, device=batch.device)[:, None]     # (B, N)
-        keep = torch.zeros(n * c + 1, dtype=torch.long, device=scores.device)
-        over_budget, dropped, budgets = torch.zeros((), dtype=torch.long, device=scores.device), [], []
-        for k in range(c):  # classes (a constant of the model), never samples
-            cand = in_sample & above[:, k]
-            count = cand.long().sum(1)                                                      # (B,)
-            over_budget = over_budget + (count - self.max_per_class[k]).clamp(min=0).sum()
-            needed = count.clamp(max=self.max_per_class[k]).max()
-            dropped.append(check_bound(needed, bounds[k], names[k], strict=strict))
-            budgets.append(min(self.max_per_class[k], int(bounds[k])))
-            top = masked_topk(detached[:, k].expand(batch_size, n), budgets[-1], valid=cand).indices
-            flat = torch.where(top < n, top * c + k, torch.full_like(top, n * c))
-            keep = keep.scatter(0, flat.reshape(-1), torch.ones_like(flat.reshape(-1)))
-        sel, num, _ = mask_to_padded_index(keep[:n * c] > 0, batch_size * sum(budgets))
-        point_index = torch.where(sel < n * c, sel // c, torch.full_like(sel, n))
-        class_id = sel % c
-        codes = gather_rows(vote_codes.reshape(n * c, 3), sel)
-        centre = self.voted_centre(gather_rows(xyz, point_index), codes)
-        return PaddedForeground(point_index, class_id, gather_rows(batch, point_index), centre,
-                                gather_rows(scores.reshape(n * c), sel), num, over_budget, torch.stack(dropped))

@@ -53,7 +53,7 @@ class VirtualPointEncoder(BaseModule):
 
     def forward(self, point_feats, seg_logits, points, batch, fg):
         """See the class docstring; ``fg`` is a :class:`~fsdlite.models.fsd.fg_sampler.ForegroundPoints`
-        (or, in the fixed execution mode, a ``PaddedForeground`` whose dump point index N reads zeros)."""
+        (in the fixed execution mode with padding slots, whose dump point index N reads zeros)."""
         if points.shape[1] != 3 + self.raw_channels:
             raise ValueError(f'VirtualPointEncoder: points must have 3 + raw_channels = {3 + self.raw_channels} '
                              f'columns, got {tuple(points.shape)}')

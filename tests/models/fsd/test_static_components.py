@@ -181,7 +181,7 @@ def test_group_padded_equals_cluster_assigner(seed, n, pad, min_points, spread, 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), n=st.integers(0, 60), budget=st.integers(1, 8), bound=st.integers(1, 10),
        levels=st.sampled_from([None, 4]))
-def test_select_padded_equals_dynamic_sampler(seed, n, budget, bound, levels):
+def test_fixed_shape_sampler_equals_the_dynamic_one(seed, n, budget, bound, levels):
     g = torch.Generator().manual_seed(seed)
     sampler = ForegroundSampler(3, score_thresholds=(0.3, 0.5, 0.2), max_per_class=(budget, 5, 3), point_range=RANGE)
     scores = torch.rand(n, 3, generator=g, dtype=torch.float64)
@@ -198,9 +198,9 @@ def test_select_padded_equals_dynamic_sampler(seed, n, budget, bound, levels):
     bounds = [bound, 5, 3]
     if any(int(per[c]) > bounds[c] for c in range(3)):
         with pytest.raises(BoundExceededError, match='max_fg_points'):
-            sampler.select_padded(*padded, valid, 2, bounds)
+            sampler(*padded, 2, valid=valid, bounds=bounds)
         return
-    out = sampler.select_padded(*padded, valid, 2, bounds)
+    out = sampler(*padded, 2, valid=valid, bounds=bounds)
     m = int(out.num_valid)
     if levels is None or min(budget, 5, 3) >= n:  # no tie can straddle a class budget (top-k order of ties
         # at a budget is unspecified in the padded path)
