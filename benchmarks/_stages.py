@@ -33,7 +33,7 @@ DETECTOR_STAGES = {
     'mixer_rulebooks': [('mixer', 'conv_plan().build_rulebooks'), ('mixer', 'conv_plan().build_pair_lists'),
                         ('mixer', 'conv_plan().tiled_kernel_maps'), ('mixer', 'conv_plan().dense_kernel_maps')],
     'mixer': [('mixer', 'forward')],
-    'box_head': [('bbox_head', 'forward'), ('bbox_head', 'select_padded')],
+    'box_head': [('bbox_head', 'forward'), ('bbox_head', 'select')],
     'nms': [('bbox_head', 'predict'), ('bbox_head', 'nms')],
 }
 

@@ -143,36 +143,44 @@ class ClusterHead(BaseModule):
         return batched_nms_bev(boxes, scores, labels, self.test_cfg['nms_iou_thr'], pre_max=self.test_cfg['pre_max'],
                                post_max=self.test_cfg['post_max'], batch=batch)
 
-    def predict(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class=None):
-        """Decode, threshold and NMS.
-
-        Returns:
-            tuple: ``boxes`` (D, 7), ``scores`` (D,), ``labels`` (D,), ``batch`` (D,) of the kept boxes.
-        """
-        boxes, scores, labels = self.decode(cls_logits, box_codes, ref_xyz, ref_class)
-        keep = mask_to_index(scores > self.test_cfg['score_thr'])
-        boxes, scores, labels, batch = (t.index_select(0, keep) for t in (boxes, scores, labels, ref_batch))
-        keep = self.nms(boxes, scores, labels, batch)
-        return tuple(t.index_select(0, keep) for t in (boxes, scores, labels, batch))
-
-    def select_padded(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class, valid, max_boxes, strict=None):
-        """Fixed-shape twin of :meth:`predict` before NMS: the boxes above ``score_thr``, best first.
+    def select(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class=None, valid=None, max_boxes=None,
+               strict=None):
+        """Decoded boxes above ``score_thr``, before NMS.
 
         Args:
-            cls_logits, box_codes, ref_xyz, ref_batch, ref_class: per instance slot (K rows; ``ref_class`` may be
-                None when not class_given).
-            valid (Tensor): (K,) bool real instances.
-            max_boxes (int): M, the bound on boxes before NMS (name ``'max_boxes'``).
-            strict (bool, optional): raise on overflow (default: eager mode; exporting keeps the M best).
+            cls_logits, box_codes, ref_xyz, ref_batch, ref_class: per instance (K rows; ``ref_class`` None when not
+                class_given).
+            valid (Tensor, optional): (K,) bool real instances (padded instance slots).
+            max_boxes (int, optional): fixed shapes: M, the bound on the boxes (name ``'max_boxes'``); the M best
+                are kept, best first.
+            strict (bool, optional): with ``max_boxes``, raise on overflow (default: eager mode; exporting keeps
+                the M best and counts the rest).
         Returns:
-            dict: ``boxes`` (M, 7), ``scores`` (M,), ``labels`` (M,), ``batch`` (M,), ``num_boxes`` () int64 and
-            ``dropped`` () int64 (candidates beyond M); rows ``>= num_boxes`` are zeros.
+            dict: ``boxes`` (D, 7), ``scores`` (D,), ``labels`` (D,), ``batch`` (D,) in instance order; with
+            ``max_boxes`` D = M (rows ``>= num_boxes`` zeros), ``num_boxes`` () int64 and ``dropped`` () int64.
         """
-        ref_class = ref_class.clamp(0, self.num_classes - 1) if ref_class is not None else None
+        if valid is not None and ref_class is not None:
+            ref_class = ref_class.clamp(0, self.num_classes - 1)  # padding slots may hold any class
         boxes, scores, labels = self.decode(cls_logits, box_codes, ref_xyz, ref_class)
-        cand = valid & (scores > self.test_cfg['score_thr'])
+        cand = scores > self.test_cfg['score_thr']
+        if valid is not None:
+            cand = cand & valid
+        if max_boxes is None:
+            keep = mask_to_index(cand)
+            return dict(boxes=boxes.index_select(0, keep), scores=scores.index_select(0, keep),
+                        labels=labels.index_select(0, keep), batch=ref_batch.index_select(0, keep))
         dropped = check_bound(cand.long().sum(), max_boxes, 'max_boxes', strict=strict)
         top = masked_topk(scores, max_boxes, valid=cand)
         return dict(boxes=gather_rows(boxes, top.indices), scores=gather_rows(scores, top.indices),
                     labels=gather_rows(labels, top.indices), batch=gather_rows(ref_batch, top.indices),
                     num_boxes=top.num_selected, dropped=dropped)
+
+    def predict(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class=None):
+        """:meth:`select` and NMS.
+
+        Returns:
+            tuple: ``boxes`` (D, 7), ``scores`` (D,), ``labels`` (D,), ``batch`` (D,) of the kept boxes.
+        """
+        sel = self.select(cls_logits, box_codes, ref_xyz, ref_batch, ref_class)
+        keep = self.nms(sel['boxes'], sel['scores'], sel['labels'], sel['batch'])
+        return tuple(sel[k].index_select(0, keep) for k in ('boxes', 'scores', 'labels', 'batch'))

@@ -251,15 +251,18 @@ def test_padded_vfe_neck_sir_and_box_selection_equal_dynamic(kit):
         boxes, scores, labels = head.decode(logits, codes, cxyz)
         keep = mask_to_index(scores > 0.45)
         valid = torch.ones(12, dtype=torch.bool)
-        sel = head.select_padded(logits, codes, cxyz, batch, None, valid, 12)
+        sel = head.select(logits, codes, cxyz, batch, None, valid=valid, max_boxes=12)
         order = torch.argsort(scores[keep], descending=True)
         n = int(sel['num_boxes'])
         assert n == keep.numel() > 0 and int(sel['dropped']) == 0
         torch.testing.assert_close(sel['boxes'][:n], boxes[keep][order])
         assert torch.equal(sel['labels'][:n], labels[keep][order]) and torch.equal(sel['batch'][:n], batch[keep][order])
         assert bool((sel['scores'][n:] == 0).all())
+        dynamic = head.select(logits, codes, cxyz, batch)  # the same boxes, compacted in instance order
+        torch.testing.assert_close(dynamic['boxes'], boxes[keep])
+        assert torch.equal(dynamic['batch'], batch[keep]) and 'num_boxes' not in dynamic
         if n > 1:
             with pytest.raises(BoundExceededError, match=f'max_boxes exceeded: needed {n}, allowed {n - 1}'):
-                head.select_padded(logits, codes, cxyz, batch, None, valid, n - 1)
-            part = head.select_padded(logits, codes, cxyz, batch, None, valid, n - 1, strict=False)
+                head.select(logits, codes, cxyz, batch, None, valid=valid, max_boxes=n - 1)
+            part = head.select(logits, codes, cxyz, batch, None, valid=valid, max_boxes=n - 1, strict=False)
             assert int(part['dropped']) == 1 and int(part['num_boxes']) == n - 1
