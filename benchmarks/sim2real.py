@@ -13,8 +13,10 @@ For each family:
     (``configs/<family>/*_kitti_tiny.py``) and score on the 5 val frames.
 
 Prints one table: Car / Pedestrian / Cyclist BEV and 3D AP, false boxes per frame at score >= 0.5 and the CPU minutes
-of each training (the training runs in a fresh process, one thread; its CPU time is the child's), then the
-statistics of simulated against real scans, and a final ``RESULT`` JSON line. Training is deterministic on one
+of each training (the training runs in a fresh process, one thread; its CPU time is the child's); then how far the
+matched cars' boxes are off (yaw, centre along and across the line of sight, size; (a) also on the simulated
+held-out frames, so the two worlds compare), the statistics of simulated against real scans, and a final ``RESULT``
+JSON line. Training is deterministic on one
 machine; across machines float rounding differs, so numbers move a little.
 """
 import argparse
@@ -31,6 +33,7 @@ import torch
 from fsdlite.apis import init_model, predict_item, score_samples
 from fsdlite.datasets.sim.statistics import format_statistics, scan_statistics
 from fsdlite.engine.tool_setup import load_config, number
+from fsdlite.evaluation.functional.localisation import concatenate_errors, localisation_errors, summarise_errors
 from fsdlite.registry import DATASETS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,14 +91,34 @@ def train(config, work_dir, options):
     return cpu, latest
 
 
-def evaluate(config, checkpoint, ann_file):
-    """KITTI-scored metrics of ``checkpoint`` on the kitti_tiny frames listed in ``ann_file``."""
+def evaluate(config, checkpoint, ann_file=None):
+    """KITTI-scored metrics of ``checkpoint`` on the kitti_tiny frames listed in ``ann_file`` (None: the config's
+    own test set, scored by its metric), with the localisation errors of its matched cars."""
     cfg = load_config(str(REPO / config))
     model = init_model(cfg, checkpoint)
-    dataset = DATASETS.build(dict(cfg.test_dataloader.dataset, ann_file=ann_file,
-                                  data_root=str(REPO / cfg.test_dataloader.dataset.data_root)))
+    dataset_cfg = cfg.test_dataloader.dataset
+    if ann_file is not None:
+        dataset_cfg = dict(dataset_cfg, ann_file=ann_file, data_root=str(REPO / dataset_cfg.data_root))
+    dataset = DATASETS.build(dataset_cfg)
     samples = [predict_item(model, dataset, i)[1] for i in range(len(dataset))]
-    return score_samples(cfg.test_evaluator, samples, dataset.classes)
+    metrics = score_samples(cfg.test_evaluator, samples, dataset.classes)
+    metrics['car_localisation'] = car_localisation(samples, list(dataset.classes).index('Car'))
+    metrics['num_frames'] = len(dataset)
+    return metrics
+
+
+def car_localisation(samples, car):
+    """:func:`summarise_errors` of the cars matched in ``samples`` (score >= 0.3, centre within 2 m)."""
+    def array(boxes):
+        return (boxes.tensor if hasattr(boxes, 'tensor') else boxes).numpy()
+
+    per_frame = []
+    for sample in samples:
+        pred, gt = sample.pred_instances_3d, sample.gt_instances_3d
+        is_car = (pred.labels_3d == car).numpy()
+        per_frame.append(localisation_errors(array(pred.bboxes_3d)[is_car], pred.scores_3d.numpy()[is_car],
+                                             array(gt.bboxes_3d)[(gt.labels_3d == car).numpy()]))
+    return summarise_errors(concatenate_errors(per_frame))
 
 
 def gt_database(kitti_config, out):
@@ -120,11 +143,29 @@ HEADER = ['model', 'setting', 'frames', 'Car BEV@.7', 'Car 3D@.7', 'Car BEV@.5',
           'Ped 3D@.5', 'Cyc BEV@.5', 'Cyc 3D@.5', 'FP/frame Car', 'FP/frame Ped', 'FP/frame Cyc', 'train CPU min']
 
 
+LOC_HEADER = ['model', 'setting', 'frames', 'matched', '|yaw| deg', 'yaw bias', '|radial| m', 'radial bias',
+              '|lateral| m', 'length bias', 'width bias', 'height bias', 'z bias']
+LOC_KEYS = ['dyaw_median_abs', 'dyaw_bias', 'radial_median_abs', 'radial_bias', 'lateral_median_abs', 'dl_bias',
+            'dw_bias', 'dh_bias', 'dz_bias']
+
+
+def print_localisation_table(rows):
+    """Medians over the matched cars of each row: absolute errors and biases (prediction - truth)."""
+    widths = [11, 34] + [max(len(h) + 2, 10) for h in LOC_HEADER[2:]]
+    print(''.join(f'{h:>{w}}' if i > 1 else f'{h:<{w}}' for i, (h, w) in enumerate(zip(LOC_HEADER, widths))))
+    for row in rows:
+        loc = row['metrics']['car_localisation']
+        cells = [row['model'], row['setting'], str(row['frames']), str(loc['matches'])]
+        cells += [f'{loc[k]:.1f}' if k.startswith('dyaw') else f'{loc[k]:+.2f}' if k.endswith('bias')
+                  else f'{loc[k]:.2f}' for k in LOC_KEYS]
+        print(''.join(f'{c:>{w}}' if i > 1 else f'{c:<{w}}' for i, (c, w) in enumerate(zip(cells, widths))))
+
+
 def print_table(rows):
     widths = [max(len(h) + 2, 12) for h in HEADER]
     widths[0], widths[1] = 11, 34
     print(''.join(f'{h:>{w}}' if i > 1 else f'{h:<{w}}' for i, (h, w) in enumerate(zip(HEADER, widths))))
-    for row in rows:
+    for row in (r for r in rows if r.get('table', True)):
         cells = [row['model'], row['setting'], str(row['frames'])] + [f'{v:.1f}' if i < 8 else f'{v:.2f}'
                                                                      for i, v in enumerate(row['cells'])]
         cells.append(f"{row['cpu_min']:.1f}")
@@ -161,6 +202,7 @@ def run_family(key, args, out, given):
         cpu_a, ckpt = float('nan'), given[key]
     else:
         cpu_a, ckpt = train(spec['synthetic'], out / f'{key}_synthetic', options)
+    simulated = evaluate(spec['synthetic'], ckpt)
     real_all = evaluate(spec['kitti'], ckpt, REAL_ALL)
     gt_database(spec['kitti'], out)
     options = [f'load_from={ckpt}']
@@ -168,7 +210,10 @@ def run_family(key, args, out, given):
         options += schedule_options(args.finetune_iters)
     cpu_b, tuned = train(spec['kitti'], out / f'{key}_kitti_tiny', options)
     real_val = evaluate(spec['kitti'], tuned, REAL_VAL)
-    return [dict(model=spec['name'], setting=f'(a) simulated only, {iters} it x {frames} fr', frames=30,
+    return [dict(model=spec['name'], setting='(a) on simulated held-out frames', frames=simulated['num_frames'],
+                 cells=row_cells(simulated), cpu_min=cpu_a, metrics=simulated, table=False,
+                 key=f"{spec['name']} (a) simulated held-out"),
+            dict(model=spec['name'], setting=f'(a) simulated only, {iters} it x {frames} fr', frames=30,
                  cells=row_cells(real_all),
                  cpu_min=cpu_a, metrics=real_all),
             dict(model=spec['name'], setting='(b) + fine-tune on 25 real', frames=5, cells=row_cells(real_val),
@@ -187,14 +232,17 @@ def main(argv=None):
         print_table(rows)
     print('\n=== simulated world -> real KITTI (KITTI scoring, moderate, interpolated R40, x100) ===')
     print_table(rows)
+    print('\n=== localisation of matched cars (score >= 0.3, centre within 2 m; medians) ===')
+    print_localisation_table(rows)
     if not args.no_stats:
         print('\n=== scan statistics, camera view ===')
         print(scan_statistics_table())
-    result = {f"{r['model']} {r['setting'].split(')')[0]})": dict(
+    result = {r.get('key', f"{r['model']} {r['setting'].split(')')[0]})"): dict(
         car_bev07=r['metrics'].get('Car_BEV_AP@0.7'), car_bev05=r['metrics'].get('Car_BEV_AP@0.5'),
         car_3d07=r['metrics'].get('Car_3D_AP@0.7'), car_false_boxes=r['metrics'].get('Car_false_boxes_per_frame'),
         ped_bev05=r['metrics'].get('Pedestrian_BEV_AP@0.5'), cyc_bev05=r['metrics'].get('Cyclist_BEV_AP@0.5'),
-        cpu_min=r['cpu_min']) for r in rows}
+        cpu_min=r['cpu_min'], car_matched=r['metrics']['car_localisation']['matches'],
+        **{f'car_{k}': r['metrics']['car_localisation'][k] for k in LOC_KEYS}) for r in rows}
     print(f'\ntotal {time.perf_counter() - start:.0f} s')
     print('RESULT ' + json.dumps(dict(benchmark='sim2real', rows=result), default=float))
     return rows

@@ -2,7 +2,8 @@
 
 All frames are cropped to the camera's view. :func:`scan_statistics` pools frames and returns: points per frame,
 the share of points per elevation band (upper block, middle, lower block of the HDL-64E), per range band, above
-local ground, the reflectance quantiles and share of zeros, and the median points on a car by distance.
+local ground, the reflectance quantiles and share of zeros, the median points on a car by distance, and how far the
+cars are turned against the sensor's heading.
 """
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ RANGE_BANDS = (0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 ELEVATION_BANDS = (-25.0, -15.0, -8.6, -4.0, 0.0, 4.0)  # degrees: below the camera, lower block, upper block
 CAR_DISTANCE_BANDS = ((5.0, 15.0), (15.0, 25.0), (30.0, 50.0))
 QUANTILES = (10, 25, 50, 75, 90, 99)
+YAW_QUANTILES = (50, 75, 90)  #: of the cars' |yaw| against the sensor's heading, folded to [0, 90] degrees
 
 
 def above_ground_share(points, cell=2.0, radius=40.0, height=0.3):
@@ -40,11 +42,12 @@ def scan_statistics(frames):
     Returns:
         dict: ``points_per_frame`` (mean), ``elevation_share`` (len(ELEVATION_BANDS) - 1,), ``range_share``
         (len(RANGE_BANDS) - 1,), ``above_ground`` (mean share per frame), ``reflectance_quantiles`` (QUANTILES),
-        ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars) and
-        ``car_reflectance_median``.
+        ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars),
+        ``car_reflectance_median`` and ``car_yaw_quantiles`` (YAW_QUANTILES of the cars' |yaw| in degrees, a box
+        and its 180-degree turn being one; NaN without cars).
     """
 
-    counts, ranges, elevations, reflectance, above, car_points, car_refl = [], [], [], [], [], [], []
+    counts, ranges, elevations, reflectance, above, car_points, car_refl, yaws = [], [], [], [], [], [], [], []
     for points, boxes in frames:
         points = np.asarray(points, dtype=np.float32)
         boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 7)
@@ -59,6 +62,7 @@ def scan_statistics(frames):
             per_car = np.bincount(inside[inside >= 0], minlength=len(boxes))
             car_points += list(zip(np.hypot(boxes[:, 0], boxes[:, 1]), per_car))
             car_refl.append(points[inside >= 0, 3])
+            yaws.append(np.abs(np.degrees((boxes[:, 6] + np.pi / 2) % np.pi - np.pi / 2)))
     ranges, elevations, reflectance = (np.concatenate(v) for v in (ranges, elevations, reflectance))
     car_points = np.array(car_points, dtype=np.float64).reshape(-1, 2)
     medians = []
@@ -66,6 +70,7 @@ def scan_statistics(frames):
         band = car_points[(car_points[:, 0] >= lo) & (car_points[:, 0] < hi), 1]
         medians.append(float(np.median(band)) if len(band) else float('nan'))
     car_refl = np.concatenate(car_refl) if car_refl else np.zeros(0)
+    yaws = np.concatenate(yaws) if yaws else np.zeros(0)
     return dict(points_per_frame=float(np.mean(counts)),
                 elevation_share=np.histogram(elevations, ELEVATION_BANDS)[0] / max(len(elevations), 1),
                 range_share=np.histogram(ranges, RANGE_BANDS)[0] / max(len(ranges), 1),
@@ -73,7 +78,9 @@ def scan_statistics(frames):
                 reflectance_quantiles=np.percentile(reflectance, QUANTILES),
                 zero_reflectance=float((reflectance == 0).mean()),
                 car_points=np.array(medians),
-                car_reflectance_median=float(np.median(car_refl)) if len(car_refl) else float('nan'))
+                car_reflectance_median=float(np.median(car_refl)) if len(car_refl) else float('nan'),
+                car_yaw_quantiles=(np.percentile(yaws, YAW_QUANTILES) if len(yaws)
+                                   else np.full(len(YAW_QUANTILES), np.nan)))
 
 
 def format_statistics(rows):
@@ -96,8 +103,10 @@ def format_statistics(rows):
     for i, (lo, hi) in enumerate(CAR_DISTANCE_BANDS):
         add(f'median points on a car {lo:g}-{hi:g} m', [f"{s['car_points'][i]:.0f}" for _, s in rows])
     add('median reflectance on cars', [f"{s['car_reflectance_median']:.2f}" for _, s in rows])
+    add('car |yaw| deg q' + '/'.join(map(str, YAW_QUANTILES)),
+        ['/'.join(f'{q:.1f}' for q in s['car_yaw_quantiles']) for _, s in rows])
     return '\n'.join(lines)
 
 
 __all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'RANGE_BANDS', 'ELEVATION_BANDS',
-           'CAR_DISTANCE_BANDS', 'QUANTILES']
+           'CAR_DISTANCE_BANDS', 'QUANTILES', 'YAW_QUANTILES']
