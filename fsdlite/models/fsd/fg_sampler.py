@@ -110,7 +110,7 @@ class ForegroundSampler:
         if mode == 'topk':
             above, budgets = None, self.warmup_topk
         else:
-            thr = const([v - float(threshold_offset) for v in self.score_thresholds], detached.dtype, scores.device)
+            thr = const(self.score_thresholds, detached.dtype, scores.device) - float(threshold_offset)
             above, budgets = detached > thr, self.max_per_class
         keep = torch.zeros(n * c + 1, dtype=torch.long, device=scores.device)
         over_budget = torch.zeros((), dtype=torch.long, device=scores.device)
