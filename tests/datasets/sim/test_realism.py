@@ -13,7 +13,8 @@ TOLERANCE = dict(points_per_frame=0.25,      # relative
                  above_ground=0.12,          # absolute
                  reflectance_quantiles=0.06,  # absolute, quartiles and 90 %
                  zero_reflectance=0.05,      # absolute
-                 car_points=(0.5, 2.0))      # ratio of medians per distance band
+                 car_points=(0.5, 2.0),      # ratio of medians per distance band
+                 car_yaw=(0.7, 1.4))         # ratio of the median and 75 % quantile of the cars' |yaw|
 
 
 def _frames(dataset, count):
@@ -61,3 +62,12 @@ def test_points_on_cars_by_distance(statistics):
     ratio = sim['car_points'] / real['car_points']
     low, high = TOLERANCE['car_points']
     assert np.all((ratio > low) & (ratio < high)), ratio
+
+
+def test_cars_turned_against_the_sensor_heading(statistics):
+    """Real streets do not all run along the ego heading (the cars of a frame share its turn): the simulated
+    cars' |yaw| spreads as the real ones' (median and 75 % quantile; the 90 % one is the simulated cross traffic)."""
+    real, sim = statistics
+    ratio = sim['car_yaw_quantiles'][:2] / real['car_yaw_quantiles'][:2]
+    low, high = TOLERANCE['car_yaw']
+    assert np.all((ratio > low) & (ratio < high)), (sim['car_yaw_quantiles'], real['car_yaw_quantiles'])
