@@ -16,8 +16,8 @@ Prints one table: Car / Pedestrian / Cyclist BEV and 3D AP, false boxes per fram
 of each training (the training runs in a fresh process, one thread; its CPU time is the child's); then how far the
 matched cars' boxes are off (yaw, centre along and across the line of sight, size; (a) also on the simulated
 held-out frames, so the two worlds compare), the statistics of simulated against real scans, and a final ``RESULT``
-JSON line. Training is deterministic on one
-machine; across machines float rounding differs, so numbers move a little.
+JSON line. Training is deterministic on one machine; across machines float rounding differs, so numbers move a
+little.
 """
 import argparse
 import json
