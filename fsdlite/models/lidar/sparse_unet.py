@@ -133,8 +133,9 @@ class SparseUNet(nn.Module):
             batch_size (int): B (dynamic run).
             kernel_maps (Sequence[KernelMap], optional): fixed-shape run: one padded (tiled or dense)
                 :class:`~fsdlite.models.layers.sparse_conv.KernelMap` per conv in execution order (:meth:`conv_plan`:
-                ``tiled_kernel_maps`` / ``dense_kernel_maps``); every conv then runs in standard ops, spconv's
-                weights unchanged.
+                ``tiled_kernel_maps`` / ``dense_kernel_maps``), handed to the blocks through a SparseTensor's map
+                cache (:meth:`ConvPlan.fixed_tensor`); every conv then runs in standard ops, spconv's weights
+                unchanged.
         Returns:
             Tensor: (V, out_channels) features, row ``i`` belonging to ``voxel_coors[i]`` (with ``kernel_maps``:
             row-aligned with the padded input, padding rows unspecified).
