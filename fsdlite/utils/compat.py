@@ -304,18 +304,16 @@ def onnx_export_rules():
     try:
         from onnxscript import rewriter
     except ImportError:  # onnx export is an optional feature: torch.onnx reports the missing package itself
-        yield
-        return
+        rewriter = None
     rules = getattr(rewriter, '_DEFAULT_REWRITE_RULES', None)
-    if rules is None:
-        yield
-        return
-    rewriter._DEFAULT_REWRITE_RULES = tuple(rule for rule in rules
-                                            if getattr(rule, 'name', None) not in QUADRATIC_ONNX_RULES)
+    if rules is not None:
+        rewriter._DEFAULT_REWRITE_RULES = tuple(rule for rule in rules
+                                                if getattr(rule, 'name', None) not in QUADRATIC_ONNX_RULES)
     try:
         yield
     finally:
-        rewriter._DEFAULT_REWRITE_RULES = rules
+        if rules is not None:
+            rewriter._DEFAULT_REWRITE_RULES = rules
 
 
 def apply_all():

@@ -72,7 +72,7 @@ class ForegroundSampler:
         self.point_range = [float(v) for v in point_range]
 
     def __call__(self, scores, vote_codes, xyz, batch, batch_size, mode='threshold', threshold_offset=0.0,
-                 valid=None, bounds=None, names=None, strict=None):
+                 valid=None, bounds=None, strict=None):
         """Select foreground (point, class) pairs: per class and sample, the ``budget`` best points above the
         threshold (``masked_topk`` over a (B, N) layout, no loop over samples), listed point-major.
 
@@ -89,7 +89,6 @@ class ForegroundSampler:
             bounds (Sequence[int], optional): fixed shapes: per class, the bound on selected points per sample
                 (``max_fg_points``; the budget is the smaller of it and the class's); the result is padded to
                 ``B * sum(budgets)`` slots.
-            names (Sequence[str], optional): bound names for overflow errors (default ``max_fg_points[c]``).
             strict (bool, optional): with ``bounds``, raise on overflow (default: eager mode; exporting keeps the
                 best and counts the rest in ``dropped``).
         Returns:
@@ -117,13 +116,12 @@ class ForegroundSampler:
         dropped, slots = [], 0
         for k in range(c):  # classes (a constant of the model), never samples
             cand = in_sample if above is None else in_sample & above[:, k]
-            budget = budgets[k]
+            budget, count = budgets[k], cand.long().sum(1)                                     # (B,)
             if above is not None:
-                over_budget = over_budget + (cand.long().sum(1) - budget).clamp(min=0).sum()
+                over_budget = over_budget + (count - budget).clamp(min=0).sum()
             if bounds is not None:
-                needed = cand.long().sum(1).clamp(max=budget).max()
-                name = names[k] if names else f'max_fg_points[{k}]'
-                dropped.append(check_bound(needed, bounds[k], name, strict=strict))
+                dropped.append(check_bound(count.clamp(max=budget).max(), bounds[k], f'max_fg_points[{k}]',
+                                           strict=strict))
                 budget = min(budget, int(bounds[k]))
             slots += budget
             top = masked_topk(detached[:, k].expand(batch_size, n), budget, valid=cand).indices

@@ -17,7 +17,6 @@ Submanifold convs of a level share one map; an inverse conv takes its strided co
 """
 import torch
 
-from fsdlite.ops import conv_output_shape
 from fsdlite.utils.constants import const
 
 from .pair_conv import pairs_from_exact, pairs_from_nbr
@@ -286,9 +285,9 @@ class ConvPlan:
         if len(kernel_maps) != len(self):
             raise ValueError(f'fixed_tensor: expected {len(self)} kernel maps (one per conv), got {len(kernel_maps)}')
         shapes, strides, cache = {0: self.sparse_shape}, {0: (1, 1, 1)}, {}
-        for g, s, kmap in zip(self.geometries, self.levels, kernel_maps):
+        for conv, g, s, kmap in zip(self.modules, self.geometries, self.levels, kernel_maps):
             if g.kind == 'conv' and s not in shapes:
-                shapes[s] = conv_output_shape(shapes[s - 1], g.kernel_size, g.stride, g.padding, g.dilation)
+                shapes[s] = output_grid(conv, shapes[s - 1])
                 strides[s] = tuple(a * b for a, b in zip(strides[s - 1], g.stride))
             rows_in, rows_out = (s + d for d in _ROWS[g.kind])
             cache.setdefault(map_key(g, strides[rows_in]), given_map(kmap, shapes[rows_in], shapes[rows_out],
