@@ -7,7 +7,6 @@ sizes and the boxes above the score threshold.  ``tools/collect_bounds.py`` and 
 """
 import torch
 
-from fsdlite.models.fsd.static_grouping import group_padded
 from fsdlite.structures.bounds import scale_bounds
 
 
@@ -20,8 +19,8 @@ def _cc_iters(model, inputs, run):
     p = fg.centre.shape[0]
     if not p:
         return 0
-    return int(group_padded(model.cluster_assigner, fg.centre, fg.class_id, fg.batch, p, inputs['batch_size'], p,
-                            None)[1])
+    return int(model.cluster_assigner(fg.centre, fg.class_id, fg.batch, inputs['batch_size'],
+                                      bounds=(p, None)).cc_iters)
 
 
 #: instance-stage bounds measured from the dynamic run (``run``: ``fg`` foreground, ``inst`` instances); the UNet

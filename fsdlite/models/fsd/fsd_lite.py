@@ -12,7 +12,6 @@ from ..layers.builder import build_module
 from ..layers.execution import execution_mode, gather, segment_reduce
 from .detector_base import Instances, SparseDetectorBase, build_task_util
 from .indexing import mask_to_index
-from .static_grouping import group_padded
 
 
 @MODELS.register_module()
@@ -51,26 +50,27 @@ class FSDLite(SparseDetectorBase):
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Clusters of voted centres encoded by SIR; reference point = mean voted centre of the cluster.
 
-        The grouping is the cluster assigner's connected components, or in the fixed execution mode its bounded
-        twin (``group_padded``: ``max_clusters`` slots, ``max_cc_iters`` rounds of label propagation).
+        The cluster assigner groups the centres; in the fixed execution mode on its bounded backend
+        (``max_clusters`` slots, ``max_cc_iters`` rounds of label propagation), whose dump slot then takes the
+        centres of near-empty cells, which the dynamic run leaves out.
         """
+        bounded = {}
         if execution_mode() == 'fixed':
-            k = self.bounds['max_clusters']
-            clusters, _ = group_padded(self.cluster_assigner, fg.centre, fg.class_id, fg.batch, fg.num_valid,
-                                       inputs['batch_size'], k, self.bounds['max_cc_iters'], strict=inputs['strict'])
-            cluster_feats, cluster_xyz = self.encode_clusters(inputs['points'], point_feats, fg.point_index,
-                                                              fg.centre, clusters.point_cluster, k)
-            valid = torch.arange(k, device=cluster_xyz.device) < clusters.num_clusters
-            return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, {}, valid,
-                             clusters.num_clusters, clusters.dropped)
-        clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch)
-        keep = mask_to_index(clusters.point_cluster >= 0)
-        point, cluster, centre = (t.index_select(0, keep) for t in (fg.point_index, clusters.point_cluster,
-                                                                      fg.centre))
-        cluster_feats, cluster_xyz = self.encode_clusters(inputs['points'], point_feats, point, centre, cluster,
-                                                          clusters.num_clusters)
-        stats = dict(num_grouping_dropped=int(clusters.num_dropped))
-        return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)
+            bounded = dict(num_valid=fg.num_valid, bounds=(self.bounds['max_clusters'], self.bounds['max_cc_iters']),
+                           strict=inputs['strict'])
+        clusters = self.cluster_assigner(fg.centre, fg.class_id, fg.batch, inputs['batch_size'], **bounded)
+        k = clusters.capacity
+        point, cluster, centre = fg.point_index, clusters.point_cluster, fg.centre
+        if not bounded:
+            keep = mask_to_index(cluster < k)
+            point, cluster, centre = (t.index_select(0, keep) for t in (point, cluster, centre))
+        cluster_feats, cluster_xyz = self.encode_clusters(inputs['points'], point_feats, point, centre, cluster, k)
+        if not bounded:
+            stats = dict(num_grouping_dropped=int(clusters.num_near_empty))
+            return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, stats)
+        valid = torch.arange(k, device=cluster_xyz.device) < clusters.num_clusters
+        return Instances(cluster_feats, cluster_xyz, clusters.cluster_batch, clusters.cluster_class, {}, valid,
+                         clusters.num_clusters, clusters.dropped)
 
     def encode_clusters(self, points, point_feats, point, centre, cluster, num_clusters):
         """SIR features (K, D) and mean voted centres (K, 3) of K = ``num_clusters`` clusters.

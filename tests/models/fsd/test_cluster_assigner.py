@@ -14,11 +14,12 @@ def _assigner(**kw):
     return TASK_UTILS.build(cfg)
 
 
-def _partition(ids):
+def _partition(out):
     groups = {}
-    for i, c in enumerate(ids.tolist()):
-        groups.setdefault(c, []).append(i)
-    return sorted(v for k, v in groups.items() if k >= 0)
+    for i, c in enumerate(out.point_cluster.tolist()):
+        if c != out.capacity:  # the dump slot
+            groups.setdefault(c, []).append(i)
+    return sorted(groups.values())
 
 
 def test_hand_made_groups():
@@ -34,9 +35,9 @@ def test_hand_made_groups():
     cls = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0])
     batch = torch.tensor([0] * 11 + [1, 1])
     out = _assigner()(centre, cls, batch)
-    assert _partition(out.point_cluster) == [[0, 1, 2, 3], [4, 5], [6, 7], [8, 9], [11, 12]]
-    assert out.point_cluster[10] == -1 and int(out.num_dropped) == 1
-    assert out.num_clusters == 5
+    assert _partition(out) == [[0, 1, 2, 3], [4, 5], [6, 7], [8, 9], [11, 12]]
+    assert out.num_clusters == out.capacity == 5
+    assert out.point_cluster[10] == 5 and int(out.num_near_empty) == 1 and out.dropped.tolist() == [0, 0]
     first = [0, 4, 6, 8, 11]
     assert out.cluster_class[out.point_cluster[first]].tolist() == [0, 0, 1, 1, 0]
     assert out.cluster_batch[out.point_cluster[first]].tolist() == [0, 0, 0, 0, 1]
@@ -45,8 +46,8 @@ def test_hand_made_groups():
 def test_min_points_one_keeps_everything_and_gap_splits():
     centre = torch.tensor([[2.0, 0.0, 0.0], [2.5, 0.0, 0.0], [3.4, 0.0, 0.0]])  # 0.5 link, 0.9 gap (cell centres)
     out = _assigner(min_points=1)(centre, torch.zeros(3, dtype=torch.int64), torch.zeros(3, dtype=torch.int64))
-    assert _partition(out.point_cluster) == [[0, 1], [2]]
-    assert int(out.num_dropped) == 0
+    assert _partition(out) == [[0, 1], [2]]
+    assert int(out.num_near_empty) == 0
 
 
 def test_empty_and_out_of_range():

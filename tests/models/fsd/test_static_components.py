@@ -12,7 +12,7 @@ from fsdlite.models.fsd.fsdv2_lite import valid_first
 from fsdlite.models.fsd.fg_sampler import ForegroundSampler
 from fsdlite.models.fsd.graph_rulebook import GraphRulebookOps
 from fsdlite.models.fsd.indexing import mask_to_index, mask_to_padded_index
-from fsdlite.models.fsd.static_grouping import connected_labels, group_padded
+from fsdlite.models.fsd.cluster_assigner import connected_labels
 from fsdlite.models.layers.execution import fixed_shapes
 from fsdlite.registry import MODELS, TASK_UTILS
 from fsdlite.structures.bounds import BoundExceededError
@@ -151,7 +151,7 @@ def _assigner(min_points=2, tall=True):
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), n=st.integers(0, 150), pad=st.integers(0, 6), min_points=st.integers(1, 2),
        spread=st.sampled_from([0.5, 3.0]), tall=st.booleans())
-def test_group_padded_equals_cluster_assigner(seed, n, pad, min_points, spread, tall):
+def test_bounded_grouping_equals_the_exact_one(seed, n, pad, min_points, spread, tall):
     g = torch.Generator().manual_seed(seed)
     scale, low = torch.tensor([spread, spread, 1.0]), torch.tensor([5.0, 0.0, -2.5])
     centre = (torch.rand(n, 3, generator=g) * scale + low).double()
@@ -160,20 +160,21 @@ def test_group_padded_equals_cluster_assigner(seed, n, pad, min_points, spread, 
     cls = torch.randint(0, 2, (n,), generator=g)
     batch = torch.randint(0, 2, (n,), generator=g)
     assigner = _assigner(min_points, tall)
-    ref = assigner(centre, cls, batch)
+    ref = assigner(centre, cls, batch, 2)
     pad_rows = lambda x: torch.cat([x, x.new_zeros((pad,) + tuple(x.shape[1:]))])  # noqa: E731
-    out, needed = group_padded(assigner, pad_rows(centre), pad_rows(cls), pad_rows(batch), n, 2, n + pad + 1, 50)
     k = n + pad + 1
+    out = assigner(pad_rows(centre), pad_rows(cls), pad_rows(batch), 2, num_valid=n, bounds=(k, 50))
+    assert out.capacity == k and out.cc_iters is not None and ref.cc_iters is None
     cluster = out.point_cluster[:n]
-    assert torch.equal(torch.where(cluster == k, -1, cluster), ref.point_cluster)  # same ids, same numbering
-    assert int(out.num_clusters) == ref.num_clusters and int(out.num_near_empty) == int(ref.num_dropped)
+    assert torch.equal(torch.where(cluster == k, ref.capacity, cluster), ref.point_cluster)  # same ids and numbering
+    assert int(out.num_clusters) == ref.num_clusters and int(out.num_near_empty) == int(ref.num_near_empty)
     assert torch.equal(out.cluster_class[:ref.num_clusters], ref.cluster_class)
     assert torch.equal(out.cluster_batch[:ref.num_clusters], ref.cluster_batch)
-    assert bool((out.point_cluster[n:] == k).all()) and out.dropped.tolist() == [0, 0]
+    assert bool((out.point_cluster[n:] == k).all()) and out.dropped.tolist() == [0, 0] == ref.dropped.tolist()
     if ref.num_clusters > 1:
         with pytest.raises(BoundExceededError, match=f'max_clusters exceeded: needed {ref.num_clusters}'):
-            group_padded(assigner, centre, cls, batch, n, 2, ref.num_clusters - 1, 50)
-        out, _ = group_padded(assigner, centre, cls, batch, n, 2, ref.num_clusters - 1, 50, strict=False)
+            assigner(centre, cls, batch, 2, num_valid=n, bounds=(ref.num_clusters - 1, 50))
+        out = assigner(centre, cls, batch, 2, num_valid=n, bounds=(ref.num_clusters - 1, 50), strict=False)
         assert out.dropped.tolist() == [1, 0] and int(out.num_clusters) == ref.num_clusters - 1
 
 
