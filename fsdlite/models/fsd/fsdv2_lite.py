@@ -5,6 +5,8 @@ real + virtual points voxelized together at the virtual voxel size and encoded b
 -> VirtualVoxelMixer (sparse UNet) -> one box per voxel that holds virtual points, relative to the
 mean of its virtual points -> rotated BEV NMS.
 """
+from typing import NamedTuple, Optional
+
 import torch
 
 from fsdlite import ops
@@ -12,11 +14,27 @@ from fsdlite import ops
 from ...registry import MODELS
 from ...structures.bound_schema import BoundSpec
 from ..layers.builder import build_module
-from ..layers.execution import execution_mode, segment_reduce
-from ..layers.static_ops import gather_rows, static_voxelize
+from ..layers.execution import execution_mode, gather, segment_reduce
+from ..layers.static_ops import static_voxelize
 from .detector_base import Instances, SparseDetectorBase
 from .graph_rulebook import GraphRulebookOps
 from .indexing import mask_to_index, mask_to_padded_index
+
+
+class VirtualVoxels(NamedTuple):
+    """Real + virtual points on the virtual grid: ``xyz`` (P, 3), ``feats`` (P, F), ``is_virtual`` (P,) bool, their
+    voxel ``point2voxel`` (P,) (bounded: V = dump) among ``voxel_coors`` (V, 4) ``[b, z, y, x]``; the mixer's
+    ``kernel_maps`` (bounded; exact: None, the mixer builds its own); ``stats`` (exact: counts to log) and
+    ``dropped`` (bounded: overflow of the instance bounds, else None)."""
+
+    xyz: torch.Tensor
+    feats: torch.Tensor
+    is_virtual: torch.Tensor
+    point2voxel: torch.Tensor
+    voxel_coors: torch.Tensor
+    kernel_maps: Optional[list]
+    stats: dict
+    dropped: Optional[torch.Tensor]
 
 
 def valid_first(num_a, num_b, size_a, size_b):
@@ -78,56 +96,56 @@ class FSDv2Lite(SparseDetectorBase):
     def instances(self, inputs, point_feats, seg_outputs, fg):
         """Virtual voxels (voxels holding >= 1 virtual point), mixed; reference = mean of their virtual points.
 
-        In the fixed execution mode the virtual grid's voxels are bounded (:meth:`_bounded_virtual_voxels`).
+        One pipeline: voxelize the real + virtual points on the virtual grid, encode and mix the voxels, keep those
+        holding virtual points.  The voxelization has two backends, as the cluster assigner's grouping: exact
+        (:meth:`_exact_voxels`) in the dynamic run, bounded (:meth:`_bounded_voxels`: ``max_virtual_voxels``
+        slots, the mixer's maps built in the graph) in the fixed execution mode.
         """
         cloud = self.virtual_encoder(point_feats, seg_outputs['seg_logits'], inputs['points'], inputs['batch'], fg)
-        if execution_mode() == 'fixed':
-            return self._bounded_virtual_voxels(inputs, cloud, fg)
+        fixed = execution_mode() == 'fixed'
+        vox = self._bounded_voxels(inputs, cloud, fg) if fixed else self._exact_voxels(cloud, fg)
+        voxel_feats, _ = self.virtual_vfe(torch.cat([vox.xyz, vox.feats], dim=1), vox.point2voxel, vox.voxel_coors)
+        mixed = self.mixer(voxel_feats, vox.voxel_coors, inputs['batch_size'], kernel_maps=vox.kernel_maps)
+        virtual = vox.is_virtual.to(vox.xyz.dtype)
+        num_voxels = vox.voxel_coors.shape[0]
+        count = segment_reduce(virtual, vox.point2voxel, num_voxels, 'sum')
+        centre_sum = segment_reduce(vox.xyz * virtual[:, None], vox.point2voxel, num_voxels, 'sum')
+        if fixed:
+            rows, num, _ = mask_to_padded_index(count > 0, num_voxels)
+        else:
+            rows = mask_to_index(count > 0)
+        ref = gather(centre_sum, rows) / gather(count, rows).clamp(min=1)[:, None]
+        feats, batch = gather(mixed, rows), gather(vox.voxel_coors[:, 0], rows)
+        if not fixed:
+            return Instances(feats, ref.detach(), batch, None, vox.stats)
+        valid = torch.arange(num_voxels, device=ref.device) < num
+        return Instances(feats, ref.detach(), batch, None, {}, valid, num, vox.dropped)
+
+    def _exact_voxels(self, cloud, fg):
+        """:class:`VirtualVoxels` by ``fsdlite.ops.voxelize``; points outside a smaller virtual grid are left out
+        (counted in ``stats``)."""
         vox = ops.voxelize(cloud.xyz.detach(), self.virtual_vfe.voxel_size, self.virtual_vfe.point_range,
                            batch=cloud.batch)
-        inside = vox.point2voxel >= 0  # points outside a smaller virtual grid are left out (counted)
+        inside = vox.point2voxel >= 0
         included = mask_to_index(inside)
-        point2voxel = vox.point2voxel[included]
-        xyz = cloud.xyz[included]
-        num_voxels = vox.voxel_coors.shape[0]
-        mixed, count, centre_sum = self.mix_virtual_voxels(xyz, cloud.feats[included], cloud.is_virtual[included],
-                                                           point2voxel, vox.voxel_coors, inputs['batch_size'])
-        keep = mask_to_index(count > 0)
-        ref = centre_sum[keep] / count[keep, None]
         outside_virtual = int((~inside & cloud.is_virtual).sum())
         stats = dict(num_virtual_points=fg.point_index.numel(), num_virtual_outside_grid=outside_virtual,
                      num_real_outside_grid=int(cloud.xyz.shape[0] - included.numel()) - outside_virtual,
-                     num_virtual_grid_voxels=num_voxels)
-        return Instances(mixed[keep], ref.detach(), vox.voxel_coors[keep, 0], None, stats)
+                     num_virtual_grid_voxels=vox.voxel_coors.shape[0])
+        return VirtualVoxels(cloud.xyz[included], cloud.feats[included], cloud.is_virtual[included],
+                             vox.point2voxel[included], vox.voxel_coors, None, stats, None)
 
-    def mix_virtual_voxels(self, xyz, feats, is_virtual, point2voxel, voxel_coors, batch_size, kernel_maps=None):
-        """Encode and mix the virtual grid's voxels; count the virtual points of each and sum their positions.
-
-        Args:
-            xyz (Tensor): (P, 3) real and virtual points; feats (Tensor): (P, F) their encoded features;
-            is_virtual (Tensor): (P,) bool.
-            point2voxel (Tensor): (P,) int64 voxel of each point (in the fixed execution mode V is the dump slot);
-            voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]`` on the virtual grid; batch_size (int): B.
-            kernel_maps (Sequence[KernelMap], optional): the mixer's padded maps (fixed-shape run).
-        Returns:
-            tuple: mixed features (V, D), virtual points per voxel (V,), sum of their positions (V, 3).
-        """
-        voxel_feats, _ = self.virtual_vfe(torch.cat([xyz, feats], dim=1), point2voxel, voxel_coors)
-        mixed = self.mixer(voxel_feats, voxel_coors, batch_size, kernel_maps=kernel_maps)
-        virtual = is_virtual.to(xyz.dtype)
-        num_voxels = voxel_coors.shape[0]
-        count = segment_reduce(virtual, point2voxel, num_voxels, 'sum')
-        return mixed, count, segment_reduce(xyz * virtual[:, None], point2voxel, num_voxels, 'sum')
-
-    def _bounded_virtual_voxels(self, inputs, cloud, fg):
-        """:meth:`instances` on fixed shapes: ``static_voxelize`` of the real + virtual points (``max_virtual_voxels``
-        slots), the mixer's rulebooks built in the graph, the voxels holding virtual points first."""
+    def _bounded_voxels(self, inputs, cloud, fg):
+        """:class:`VirtualVoxels` on fixed shapes: the valid real and virtual points first, ``static_voxelize``
+        into ``max_virtual_voxels[0]`` slots (dump V), the mixer's maps built in the graph
+        (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`; pair lists when ``max_virtual_pairs`` is
+        set); ``dropped`` counts the overflow of every instance bound."""
         bounds, batch_size, strict = self.bounds['max_virtual_voxels'], inputs['batch_size'], inputs['strict']
         points = inputs['points']
         n, p = points.shape[0], fg.point_index.shape[0]
         num_points = torch.as_tensor(inputs['num_points'], device=points.device).reshape(())
         order = valid_first(num_points, fg.num_valid, n, p)
-        xyz, feats = cloud.xyz.index_select(0, order), cloud.feats.index_select(0, order)
+        xyz = cloud.xyz.index_select(0, order)
         vox = static_voxelize(xyz.detach(), num_points + fg.num_valid, self.virtual_vfe.voxel_size,
                               self.virtual_vfe.point_range, bounds[0], batch=cloud.batch.index_select(0, order),
                               batch_size=batch_size, dense_keys=True, strict=strict,
@@ -143,12 +161,7 @@ class FSDv2Lite(SparseDetectorBase):
             maps = plan.tiled_kernel_maps(pair_lists, bounds)
         else:
             maps = plan.dense_kernel_maps(maps, bounds)
-        mixed, count, centre_sum = self.mix_virtual_voxels(xyz, feats, cloud.is_virtual.index_select(0, order),
-                                                           vox.point2voxel, vox.voxel_coors, batch_size, maps)
-        rows, num, _ = mask_to_padded_index(count > 0, bounds[0])
-        ref = gather_rows(centre_sum, rows) / gather_rows(count, rows).clamp(min=1)[:, None]
-        inst_batch = gather_rows(vox.voxel_coors[:, 0], rows)
-        valid = torch.arange(bounds[0], device=points.device) < num
         dropped = torch.stack([vox.num_dropped] + [d.to(vox.num_dropped) for d in dropped[1:]]
                               + [d.to(vox.num_dropped) for d in pair_dropped])
-        return Instances(gather_rows(mixed, rows), ref.detach(), inst_batch, None, {}, valid, num, dropped)
+        return VirtualVoxels(xyz, cloud.feats.index_select(0, order), cloud.is_virtual.index_select(0, order),
+                             vox.point2voxel, vox.voxel_coors, maps, {}, dropped)
