@@ -191,49 +191,56 @@ class ClusterAssigner:
                 empty = torch.zeros(0, dtype=torch.long, device=device)
                 zero = torch.zeros((), dtype=torch.long, device=device)
                 return Clusters(empty, 0, empty, empty, zero, torch.zeros(2, dtype=torch.long, device=device))
-            cell, cell_group, kept, cell_centre = self._exact_cells(centre, scaled, group)
-            cell_cluster, num, dropped, needed = self._exact_components(cell_group, kept, cell_centre)
             valid = torch.ones(centre.shape[0], dtype=torch.bool, device=device)
+            cell, cell_coors, kept, cell_centre = self._exact_cells(centre, scaled, group)
+            cell_cluster, num, dropped, needed = self._exact_components(cell_coors, kept, cell_centre)
         else:
-            p = centre.shape[0]
-            num_valid = p if num_valid is None else num_valid
-            valid = valid_mask(num_valid, p, device)
-            cells = static_voxelize(scaled, num_valid, [1.0, 1.0, 1.0], self.scaled_range, p, batch=group,
-                                    batch_size=batch_size * c, dense_keys=True, strict=False)
-            cell, cell_group = cells.point2voxel, cells.voxel_coors[:, 0]                # cell: (P,), dump P
-            kept = valid_mask(cells.num_voxels, p, device) & (cells.voxel_counts >= self.min_points)
-            cell_centre = static_segment_reduce(centre.detach(), cell, p, 'mean')
-            cell_cluster, num, dropped, needed = self._bounded_components(
-                cells.voxel_coors, cell_group, kept, cell_centre, batch_size, bounds, strict)
+            num_valid = centre.shape[0] if num_valid is None else num_valid
+            valid = valid_mask(num_valid, centre.shape[0], device)
+            cell, cell_coors, kept, cell_centre = self._bounded_cells(centre, scaled, group, num_valid, batch_size)
+            cell_cluster, num, dropped, needed = self._bounded_components(cell_coors, kept, cell_centre, batch_size,
+                                                                          bounds, strict)
         # every centre gets its cell's cluster (K: near-empty cell, padding, beyond the bound); slot K takes the rest
         k = int(num) if bounds is None else int(bounds[0])
         point_cluster = with_dump_row(cell_cluster, k).index_select(0, cell)
-        cluster_group = torch.zeros(k + 1, dtype=torch.long, device=device).scatter(0, cell_cluster, cell_group)[:k]
+        cluster_group = torch.zeros(k + 1, dtype=torch.long, device=device).scatter(0, cell_cluster,
+                                                                                    cell_coors[:, 0])[:k]
         in_kept_cell = with_dump_row(kept, True).index_select(0, cell)
         near_empty = (valid & ~in_kept_cell).long().sum()
         return Clusters(point_cluster, num, cluster_group % c, cluster_group // c, near_empty, dropped, needed)
 
     def _exact_cells(self, centre, scaled, group):
-        """Cells by ``fsdlite.ops.voxelize``: each centre's cell (P,), the cells' (sample * C + class) (V,), the
-        kept cells (V,) bool and the cells' mean centres (V, 3)."""
+        """Cells by ``fsdlite.ops.voxelize``: each centre's cell (P,), the cells' ``[sample * C + class, z, y, x]``
+        (V, 4), the kept cells (V,) bool and the cells' mean centres (V, 3)."""
         vox = voxelize(scaled, [1.0, 1.0, 1.0], self.scaled_range, batch=group)
         num_cells = vox.voxel_coors.shape[0]
         cell_centre = segment_reduce(centre.detach(), vox.point2voxel, num_cells, 'mean')
-        return vox.point2voxel, vox.voxel_coors[:, 0], vox.voxel_counts >= self.min_points, cell_centre
+        return vox.point2voxel, vox.voxel_coors, vox.voxel_counts >= self.min_points, cell_centre
 
-    def _exact_components(self, cell_group, kept, cell_centre):
+    def _exact_components(self, cell_coors, kept, cell_centre):
         """``fsdlite.ops.connected_components`` of the kept cells -> cluster per cell (V,) (K = dump), K (int),
         zero overflow, None."""
         index = mask_to_index(kept)
         c, device = self.num_classes, cell_centre.device
+        group = cell_coors[:, 0].index_select(0, index)
         labels, num = connected_components(cell_centre.index_select(0, index),
                                            self.connected_dist.to(device=device, dtype=cell_centre.dtype),
-                                           batch=cell_group[index] // c, class_ids=cell_group[index] % c, metric='xy')
+                                           batch=group // c, class_ids=group % c, metric='xy')
         num = int(num)
         cell_cluster = torch.full((kept.shape[0],), num, dtype=torch.long, device=device).scatter(0, index, labels)
         return cell_cluster, num, torch.zeros(2, dtype=torch.long, device=device), None
 
-    def _bounded_components(self, cell_coors, cell_group, kept, cell_centre, batch_size, bounds, strict):
+    def _bounded_cells(self, centre, scaled, group, num_valid, batch_size):
+        """Cells of the padded centres by ``static_voxelize`` (P slots): each centre's cell (P,) (dump P), the
+        cells' ``[sample * C + class, z, y, x]`` (P, 4), the kept cells (P,) bool and their mean centres (P, 3)."""
+        p = centre.shape[0]
+        cells = static_voxelize(scaled, num_valid, [1.0, 1.0, 1.0], self.scaled_range, p, batch=group,
+                                batch_size=batch_size * self.num_classes, dense_keys=True, strict=False)
+        kept = valid_mask(cells.num_voxels, p, centre.device) & (cells.voxel_counts >= self.min_points)
+        cell_centre = static_segment_reduce(centre.detach(), cells.point2voxel, p, 'mean')
+        return cells.point2voxel, cells.voxel_coors, kept, cell_centre
+
+    def _bounded_components(self, cell_coors, kept, cell_centre, batch_size, bounds, strict):
         """Links of the kept padded cells through the key table, min-label propagation, cluster id = rank of the
         component's first cell -> cluster per cell (P,) (K = dump), clusters () int64 (at most K), overflow (2,),
         steps needed."""
@@ -248,7 +255,7 @@ class ClusterAssigner:
             coord = cell_centre[:, axis].contiguous()
             delta = coord[:, None] - gather_rows(coord, nb)
             dist2 = dist2 + delta * delta
-        dist = self.connected_dist.to(device=device, dtype=dtype).index_select(0, cell_group % c)
+        dist = self.connected_dist.to(device=device, dtype=dtype).index_select(0, cell_coors[:, 0] % c)
         link = kept[:, None] & (nb < p) & (dist2 < (dist * dist)[:, None])
         nbr = torch.where(link, nb, torch.full_like(nb, p))
         rows = torch.arange(p, device=device)
