@@ -30,6 +30,20 @@ def test_exact_pair_lists_equal_the_map_built_ones(seed, count):
     padded = torch.cat([coors, torch.zeros(17, 4, dtype=torch.long)])
     nbrs, counts, dropped = plan.build_rulebooks(padded, count, levels, inverse_maps=False)
     assert [int(c) for c in counts] == [c.shape[0] for c in level_coors] and int(sum(dropped)) == 0
+    # convs sharing a key (the submanifold convs of a level) share one map, as on the SparseTensor
+    shared = {}
+    for nbr, kmap, g in zip(nbrs, convs, plan.geometries):
+        if g.kind == 'subm':
+            assert shared.setdefault(id(kmap), nbr) is nbr
+    assert len(shared) < sum(g.kind == 'subm' for g in plan.geometries)
+    with_inverse, _, _ = plan.build_rulebooks(padded, count, levels)
+    kinds = [g.kind for g in plan.geometries]
+    for i in (i for i, k in enumerate(kinds) if k == 'inverse'):  # the strided map of its key, transposed
+        j = next(j for j, g in enumerate(plan.geometries) if g.kind == 'conv'
+                 and g.indice_key == plan.geometries[i].indice_key)
+        assert with_inverse[i].shape[0] == levels[plan.levels[j] - 1]
+        pairs = int((nbrs[j] < levels[plan.levels[j] - 1]).sum())
+        assert int((with_inverse[i] < levels[plan.levels[j]]).sum()) == pairs
     needed = plan.count_pairs(nbrs, levels)
     assert torch.equal(plan.exact_pair_counts(convs), needed) and int(needed.min()) > 0
     short = [1] * len(needed)  # the pairs beyond each slot's capacity are lost, highest offsets first

@@ -17,7 +17,7 @@ from fsdlite.deploy.translations import custom_translations
 from fsdlite.models.lidar import SparseUNet
 from fsdlite.models.layers import sparse_conv as sparse_conv_module
 from fsdlite.models.layers.pair_conv import pairs_from_nbr, traced_pairs
-from fsdlite.models.layers.rulebook_conv import build_rulebook, kernel_matrices, output_grid
+from fsdlite.models.layers.rulebook_conv import build_rulebook, inverse_rulebook, kernel_matrices
 from fsdlite.models.layers.sparse_conv import PAIR_TILE, KernelMap, RulebookSparseConv3d, pair_capacity, sparse_conv
 from fsdlite.ops import rulebook_pairs
 from fsdlite.structures.bounds import BoundExceededError
@@ -136,9 +136,8 @@ def test_strided_and_inverse_convs_on_real_rulebooks():
     feats = torch.randn(n + 5, 3, generator=g)
     down = RulebookSparseConv3d(3, 4, 3, 2, 1, indice_key='d')
     up = RulebookSparseConv3d(4, 3, 3, indice_key='d', inverse=True)
-    cache = {}
-    rb = build_rulebook(down, padded, n, (6, 9, 8), cache, max_out=2 * n)
-    inv = build_rulebook(up, rb.out_coors, rb.num_valid_out, output_grid(down, (6, 9, 8)), cache)
+    rb = build_rulebook(down, padded, n, (6, 9, 8), max_out=2 * n)
+    inv = inverse_rulebook(rb, padded, n)
     pl = pairs_from_nbr(rb.nbr, n + 5, int((rb.nbr < n + 5).sum()))
     mid = pair_conv(feats, pl.pairs, down.weight, 2 * n, down.bias)
     torch.testing.assert_close(mid, down(feats, KernelMap.dense(rb.nbr, n + 5)), rtol=1e-5, atol=1e-5)

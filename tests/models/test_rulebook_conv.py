@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fsdlite.models.layers.rulebook_conv import build_rulebook, conv_geometry, kernel_matrices, output_grid
+from fsdlite.models.layers.rulebook_conv import (build_rulebook, conv_geometry, inverse_rulebook, kernel_matrices,
+                                                 output_grid)
 from fsdlite.models.layers.sparse_conv import KernelMap, RulebookSparseConv3d, conv_module_forward, sparse_conv
 from fsdlite.ops import voxelize
 from fsdlite.deploy.translations import custom_translations
@@ -65,13 +66,20 @@ def spconv_chain(spconv):
 
 
 def run_chain_static(layers, coors, num_valid, feats, shape, max_out, wrap=False):
-    cache, rbs, x = {}, [], feats
+    strided, rbs, x = {}, [], feats
     c, n, s = coors, num_valid, shape
     for layer in layers:
-        rb = build_rulebook(layer, c, n, s, cache, max_out=max_out)
+        g = conv_geometry(layer)
+        if g.kind == 'inverse':  # the strided conv's map transposed, onto its input voxels and grid
+            rb_strided, (ic, inum, ishape) = strided[g.indice_key]
+            rb, grid = inverse_rulebook(rb_strided, ic, inum), ishape
+        else:
+            rb, grid = build_rulebook(layer, c, n, s, max_out=max_out), output_grid(layer, s)
+            if g.kind == 'conv':
+                strided[g.indice_key] = (rb, (c, n, s))
         kmap = dense_map(rb.nbr, x)
         x = RulebookSparseConv3d.from_spconv(layer)(x, kmap) if wrap else conv_module_forward(layer, x, kmap)
-        c, n, s = rb.out_coors, rb.num_valid_out, output_grid(layer, s, cache)
+        c, n, s = rb.out_coors, rb.num_valid_out, grid
         rbs.append(rb)
     return x, rbs
 
@@ -136,8 +144,7 @@ def test_matches_dense_conv3d(kernel, stride, padding, dilation):
     conv = randomize(RulebookSparseConv3d(4, 6, kernel, stride, padding, dilation, subm=subm, indice_key='a'))
     w = conv.weight.permute(0, 4, 1, 2, 3)  # (Cout, Cin, kz, ky, kx)
     ref = F.conv3d(dense(coors, feats, SHAPE), w, conv.bias, stride, padding, dilation)
-    cache = {}
-    rb = build_rulebook(conv, pc, n, SHAPE, cache, max_out=4 * n)
+    rb = build_rulebook(conv, pc, n, SHAPE, max_out=4 * n)
     out = conv(pf, dense_map(rb.nbr, pf))
     m = int(rb.num_valid_out)
     rows = coors if subm else rb.out_coors[:m]
@@ -149,8 +156,8 @@ def test_matches_dense_conv3d(kernel, stride, padding, dilation):
                 .sum(1) > 0).sum()) == m
     inverse = randomize(RulebookSparseConv3d(6, 4, kernel, indice_key='a', inverse=True), 1)
     grid = output_grid(conv, SHAPE)
-    inv_rb = build_rulebook(inverse, rb.out_coors, rb.num_valid_out, grid, cache)
-    assert output_grid(inverse, grid, cache) == SHAPE
+    inv_rb = inverse_rulebook(rb, pc, n)
+    assert torch.equal(inv_rb.out_coors, pc) and int(inv_rb.num_valid_out) == n
     y = inverse(out, dense_map(inv_rb.nbr, out))
     geometry = [[v] * 3 if isinstance(v, int) else list(v) for v in (kernel, stride, padding, dilation)]
     reach = [(o - 1) * s - 2 * p + d * (k - 1) + 1 for o, k, s, p, d in zip(grid, *geometry)]
@@ -232,30 +239,22 @@ def test_record_voxel_count_buffer_tracks_the_largest_output():
 
 
 # --------------------------------------------------------------------------------------- rulebook reuse
-def test_build_rulebook_cache_rules_and_bounds():
+def test_build_rulebook_bounds_and_errors():
     coors, _, pc, _ = random_input(seed=4)
     n = coors.shape[0]
-    cache = {}
-    a = RulebookSparseConv3d(4, 4, 3, subm=True, indice_key='s1')
-    first = build_rulebook(a, pc, n, SHAPE, cache)
-    assert build_rulebook(RulebookSparseConv3d(4, 8, 3, subm=True, indice_key='s1'), pc, n, SHAPE, cache) is first
-    with pytest.raises(ValueError, match="indice_key 's1' is shared by layers of different geometry"):
-        build_rulebook(RulebookSparseConv3d(4, 4, 5, subm=True, indice_key='s1'), pc, n, SHAPE, cache)
     down = RulebookSparseConv3d(4, 4, 3, 2, 1, indice_key='d2')
     with pytest.raises(ValueError, match='needs max_out'):
-        build_rulebook(down, pc, n, SHAPE, cache)
+        build_rulebook(down, pc, n, SHAPE)
     with pytest.raises(BoundExceededError, match=r'bound max_voxels\[1\] exceeded: needed \d+, allowed 5'):
-        build_rulebook(down, pc, n, SHAPE, cache, max_out=5, bound_name='max_voxels[1]')
-    strided = build_rulebook(down, pc, n, SHAPE, cache, max_out=n)
-    assert build_rulebook(down, pc, n, SHAPE, cache, max_out=n) is strided  # a second pass reuses the cache
-    with pytest.raises(ValueError, match="indice_key 'd2' is shared by layers with different input voxels"):
-        build_rulebook(down, strided.out_coors, strided.num_valid_out, output_grid(down, SHAPE), cache, max_out=n)
-    with pytest.raises(ValueError, match="indice_key 'd2' is shared by layers of different geometry"):
-        build_rulebook(RulebookSparseConv3d(4, 4, 3, 1, 1, indice_key='d2'), pc, n, SHAPE, cache, max_out=n)
-    with pytest.raises(KeyError, match="indice_key 'zz' needs the rulebook of the strided conv"):
-        build_rulebook(RulebookSparseConv3d(4, 4, 3, inverse=True, indice_key='zz'), pc, n, SHAPE, cache)
-    with pytest.raises(KeyError, match="output_grid: the inverse conv with indice_key 'zz' needs the cache"):
-        output_grid(RulebookSparseConv3d(4, 4, 3, inverse=True, indice_key='zz'), SHAPE, cache)
+        build_rulebook(down, pc, n, SHAPE, max_out=5, bound_name='max_voxels[1]')
+    cut = build_rulebook(down, pc, n, SHAPE, max_out=5, strict=False)
+    full = build_rulebook(down, pc, n, SHAPE, max_out=n)
+    assert int(cut.num_valid_out) == 5 and int(cut.num_dropped) == int(full.num_valid_out) - 5
+    inverse = RulebookSparseConv3d(4, 4, 3, inverse=True, indice_key='d2')
+    with pytest.raises(ValueError, match='an inverse conv .* takes its strided conv.s map transposed'):
+        build_rulebook(inverse, pc, n, SHAPE)
+    with pytest.raises(ValueError, match="output_grid: an inverse conv \\(indice_key='d2'\\) writes its strided"):
+        output_grid(inverse, SHAPE)
     with pytest.raises(ValueError, match='an inverse conv needs the indice_key'):
         RulebookSparseConv3d(4, 4, 3, inverse=True)
     with pytest.raises(TypeError, match='is not a sparse conv'):
@@ -292,9 +291,8 @@ def test_onnx_export_with_rulebook_inputs(tmp_path):
     coors, feats, pc, pf = random_input(seed=11)
     n = coors.shape[0]
     model = randomize(TwoConvs()).eval()
-    cache = {}
-    nbr_s = build_rulebook(model.subm, pc, n, SHAPE, cache).nbr
-    nbr_d = build_rulebook(model.down, pc, n, SHAPE, cache, max_out=n).nbr
+    nbr_s = build_rulebook(model.subm, pc, n, SHAPE).nbr
+    nbr_d = build_rulebook(model.down, pc, n, SHAPE, max_out=n).nbr
     path = tmp_path / 'conv.onnx'
     torch.onnx.export(model, (pf, nbr_s, nbr_d), str(path), dynamo=True, opset_version=18, external_data=False,
                       custom_translation_table=custom_translations())

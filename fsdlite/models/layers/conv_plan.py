@@ -20,7 +20,7 @@ import torch
 from fsdlite.utils.constants import const
 
 from .pair_conv import pairs_from_exact, pairs_from_nbr
-from .rulebook_conv import build_rulebook, conv_geometry, output_grid
+from .rulebook_conv import build_rulebook, conv_geometry, inverse_rulebook, output_grid
 from .sparse_conv import KernelMap
 from .sparse_tensor import SparseTensor, given_map, map_key, voxel_order
 
@@ -175,18 +175,29 @@ class ConvPlan:
             raise ValueError(f'max_voxels needs one bound per UNet level ({self.num_levels}), got {list(max_voxels)}')
         num = num_voxels if isinstance(num_voxels, torch.Tensor) else torch.tensor(int(num_voxels))
         levels = [(voxel_coors, num.to(voxel_coors.device).reshape(()), self.sparse_shape)]
-        cache, nbrs, dropped = {}, [], [torch.zeros((), dtype=torch.long, device=voxel_coors.device)]
+        strides, built, strided = [(1, 1, 1)], {}, {}
+        nbrs, dropped = [], [torch.zeros((), dtype=torch.long, device=voxel_coors.device)]
         for conv, g, s in zip(self.modules, self.geometries, self.levels):
-            if g.kind == 'inverse' and not inverse_maps:
-                nbrs.append(None)
+            if g.kind == 'inverse':  # the strided conv's map, transposed (its input voxels are the outputs)
+                if g.indice_key not in strided:
+                    raise KeyError(f'build_rulebooks: the inverse conv with indice_key {g.indice_key!r} has no strided '
+                                   'conv with that key before it')
+                nbrs.append(inverse_rulebook(strided[g.indice_key], *levels[s - 1][:2], ops=ops).nbr
+                            if inverse_maps else None)
                 continue
             level = s - 1 if g.kind == 'conv' else s
-            rb = build_rulebook(conv, *levels[level], cache=cache, max_out=max_voxels[s], ops=ops,
-                                bound_name=f'{bound_name}[{s}]', strict=strict)
+            key = map_key(g, strides[level])  # the SparseTensor cache's key: convs sharing it share the map
+            if key not in built:
+                built[key] = build_rulebook(conv, *levels[level], max_out=max_voxels[s], ops=ops,
+                                            bound_name=f'{bound_name}[{s}]', strict=strict)
+                if g.kind == 'conv':
+                    rb = built[key]
+                    levels.append((rb.out_coors, rb.num_valid_out, output_grid(conv, levels[level][2])))
+                    strides.append(tuple(a * b for a, b in zip(strides[level], g.stride)))
+                    dropped.append(rb.num_dropped)
             if g.kind == 'conv':
-                levels.append((rb.out_coors, rb.num_valid_out, output_grid(conv, levels[level][2])))
-                dropped.append(rb.num_dropped)
-            nbrs.append(rb.nbr)
+                strided[g.indice_key] = built[key]
+            nbrs.append(built[key].nbr)
         return nbrs, [lv[1] for lv in levels], dropped
 
     def shrink_rulebooks(self, nbrs, from_max_voxels, max_voxels):
