@@ -22,7 +22,7 @@ from fsdlite.utils.constants import const
 from .pair_conv import pairs_from_exact, pairs_from_nbr
 from .rulebook_conv import build_rulebook, conv_geometry, inverse_rulebook, output_grid
 from .sparse_conv import KernelMap
-from .sparse_tensor import SparseTensor, given_map, map_key, voxel_order
+from .sparse_tensor import SparseTensor, given_map, map_key
 
 _ROWS = {'subm': (0, 0), 'conv': (-1, 0), 'inverse': (0, -1)}  # (input, output) level relative to the block's
 
@@ -95,18 +95,6 @@ class ConvPlan:
                 tensors[s] = out
             maps.append(kmap)
         return maps, [tensors[s].coords for s in sorted(tensors)]
-
-    def sorted_kernel_maps(self, voxel_coors):
-        """:meth:`exact_kernel_maps` of the voxels sorted by ``(b, z, y, x)`` (the ops' fast paths).
-
-        Returns:
-            tuple: the maps (rows of level 0 in sorted order) and the sorting permutation of ``voxel_coors``
-            (None when already sorted).
-        """
-        coors = voxel_coors.long()
-        order = voxel_order(coors, self.sparse_shape)
-        maps, _ = self.exact_kernel_maps(coors if order is None else coors.index_select(0, order))
-        return maps, order
 
     def exact_pair_counts(self, maps):
         """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of :meth:`exact_kernel_maps`' maps."""
