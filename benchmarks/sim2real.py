@@ -149,27 +149,32 @@ LOC_KEYS = ['dyaw_median_abs', 'dyaw_bias', 'radial_median_abs', 'radial_bias', 
             'dw_bias', 'dh_bias', 'dz_bias']
 
 
+def print_row(cells, widths):
+    """One table line: the model and setting left-aligned, the numbers right-aligned."""
+    print(''.join(f'{c:>{w}}' if i > 1 else f'{c:<{w}}' for i, (c, w) in enumerate(zip(cells, widths))))
+
+
 def print_localisation_table(rows):
     """Medians over the matched cars of each row: absolute errors and biases (prediction - truth)."""
     widths = [11, 34] + [max(len(h) + 2, 10) for h in LOC_HEADER[2:]]
-    print(''.join(f'{h:>{w}}' if i > 1 else f'{h:<{w}}' for i, (h, w) in enumerate(zip(LOC_HEADER, widths))))
+    print_row(LOC_HEADER, widths)
     for row in rows:
         loc = row['metrics']['car_localisation']
         cells = [row['model'], row['setting'], str(row['frames']), str(loc['matches'])]
         cells += [f'{loc[k]:.1f}' if k.startswith('dyaw') else f'{loc[k]:+.2f}' if k.endswith('bias')
                   else f'{loc[k]:.2f}' for k in LOC_KEYS]
-        print(''.join(f'{c:>{w}}' if i > 1 else f'{c:<{w}}' for i, (c, w) in enumerate(zip(cells, widths))))
+        print_row(cells, widths)
 
 
 def print_table(rows):
     widths = [max(len(h) + 2, 12) for h in HEADER]
     widths[0], widths[1] = 11, 34
-    print(''.join(f'{h:>{w}}' if i > 1 else f'{h:<{w}}' for i, (h, w) in enumerate(zip(HEADER, widths))))
+    print_row(HEADER, widths)
     for row in (r for r in rows if r.get('table', True)):
         cells = [row['model'], row['setting'], str(row['frames'])] + [f'{v:.1f}' if i < 8 else f'{v:.2f}'
                                                                      for i, v in enumerate(row['cells'])]
         cells.append(f"{row['cpu_min']:.1f}")
-        print(''.join(f'{c:>{w}}' if i > 1 else f'{c:<{w}}' for i, (c, w) in enumerate(zip(cells, widths))))
+        print_row(cells, widths)
 
 
 def scan_statistics_table():

@@ -191,7 +191,7 @@ class ClusterAssigner:
                 empty = torch.zeros(0, dtype=torch.long, device=device)
                 zero = torch.zeros((), dtype=torch.long, device=device)
                 return Clusters(empty, 0, empty, empty, zero, torch.zeros(2, dtype=torch.long, device=device))
-            valid = torch.ones(centre.shape[0], dtype=torch.bool, device=device)
+            valid = None  # every row is a centre
             cell, cell_coors, kept, cell_centre = self._exact_cells(centre, scaled, group)
             cell_cluster, num, dropped, needed = self._exact_components(cell_coors, kept, cell_centre)
         else:
@@ -206,7 +206,7 @@ class ClusterAssigner:
         cluster_group = torch.zeros(k + 1, dtype=torch.long, device=device).scatter(0, cell_cluster,
                                                                                     cell_coors[:, 0])[:k]
         in_kept_cell = with_dump_row(kept, True).index_select(0, cell)
-        near_empty = (valid & ~in_kept_cell).long().sum()
+        near_empty = (~in_kept_cell if valid is None else valid & ~in_kept_cell).long().sum()
         return Clusters(point_cluster, num, cluster_group % c, cluster_group // c, near_empty, dropped, needed)
 
     def _exact_cells(self, centre, scaled, group):

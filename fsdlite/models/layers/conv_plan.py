@@ -43,6 +43,12 @@ class ConvPlan:
         self.levels = [int(level) for _, level in blocks]
         self.sparse_shape = tuple(int(v) for v in sparse_shape)
         self.num_levels = int(num_levels)
+        # grid (nz, ny, nx) and stride of every level, from the strided convs (a plan constant)
+        self.level_shapes, self.level_strides = {0: self.sparse_shape}, {0: (1, 1, 1)}
+        for conv, g, s in zip(self.modules, self.geometries, self.levels):
+            if g.kind == 'conv' and s not in self.level_shapes:
+                self.level_shapes[s] = output_grid(conv, self.level_shapes[s - 1])
+                self.level_strides[s] = tuple(a * b for a, b in zip(self.level_strides[s - 1], g.stride))
 
     def __len__(self):
         return len(self.modules)
@@ -162,27 +168,25 @@ class ConvPlan:
         if len(max_voxels) != self.num_levels:
             raise ValueError(f'max_voxels needs one bound per UNet level ({self.num_levels}), got {list(max_voxels)}')
         num = num_voxels if isinstance(num_voxels, torch.Tensor) else torch.tensor(int(num_voxels))
-        levels = [(voxel_coors, num.to(voxel_coors.device).reshape(()), self.sparse_shape)]
-        strides, built, strided = [(1, 1, 1)], {}, {}
+        levels = [(voxel_coors, num.to(voxel_coors.device).reshape(()))]  # voxels and their count per level
+        built, strided = {}, {}
         nbrs, dropped = [], [torch.zeros((), dtype=torch.long, device=voxel_coors.device)]
         for conv, g, s in zip(self.modules, self.geometries, self.levels):
             if g.kind == 'inverse':  # the strided conv's map, transposed (its input voxels are the outputs)
                 if g.indice_key not in strided:
                     raise KeyError(f'build_rulebooks: the inverse conv with indice_key {g.indice_key!r} has no strided '
                                    'conv with that key before it')
-                nbrs.append(inverse_rulebook(strided[g.indice_key], *levels[s - 1][:2], ops=ops).nbr
+                nbrs.append(inverse_rulebook(strided[g.indice_key], *levels[s - 1], ops=ops).nbr
                             if inverse_maps else None)
                 continue
             level = s - 1 if g.kind == 'conv' else s
-            key = map_key(g, strides[level])  # the SparseTensor cache's key: convs sharing it share the map
+            key = map_key(g, self.level_strides[level])  # the SparseTensor cache's key: convs sharing it share a map
             if key not in built:
-                built[key] = build_rulebook(conv, *levels[level], max_out=max_voxels[s], ops=ops,
-                                            bound_name=f'{bound_name}[{s}]', strict=strict)
+                built[key] = build_rulebook(conv, *levels[level], self.level_shapes[level], max_out=max_voxels[s],
+                                            ops=ops, bound_name=f'{bound_name}[{s}]', strict=strict)
                 if g.kind == 'conv':
-                    rb = built[key]
-                    levels.append((rb.out_coors, rb.num_valid_out, output_grid(conv, levels[level][2])))
-                    strides.append(tuple(a * b for a, b in zip(strides[level], g.stride)))
-                    dropped.append(rb.num_dropped)
+                    levels.append((built[key].out_coors, built[key].num_valid_out))
+                    dropped.append(built[key].num_dropped)
             if g.kind == 'conv':
                 strided[g.indice_key] = built[key]
             nbrs.append(built[key].nbr)
@@ -283,11 +287,8 @@ class ConvPlan:
         (an ``indice_key``) run on the first one's map, as spconv's rulebook sharing."""
         if len(kernel_maps) != len(self):
             raise ValueError(f'fixed_tensor: expected {len(self)} kernel maps (one per conv), got {len(kernel_maps)}')
-        shapes, strides, cache = {0: self.sparse_shape}, {0: (1, 1, 1)}, {}
-        for conv, g, s, kmap in zip(self.modules, self.geometries, self.levels, kernel_maps):
-            if g.kind == 'conv' and s not in shapes:
-                shapes[s] = output_grid(conv, shapes[s - 1])
-                strides[s] = tuple(a * b for a, b in zip(strides[s - 1], g.stride))
+        shapes, strides, cache = self.level_shapes, self.level_strides, {}
+        for g, s, kmap in zip(self.geometries, self.levels, kernel_maps):
             rows_in, rows_out = (s + d for d in _ROWS[g.kind])
             cache.setdefault(map_key(g, strides[rows_in]), given_map(kmap, shapes[rows_in], shapes[rows_out],
                                                                      strides[rows_in], strides[rows_out]))

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 
 import fsdlite.ops as fsdlite_ops
-from fsdlite.ops import ConvRulebook, conv_output_shape, rulebook_inverse
+from fsdlite.ops import ConvRulebook, conv_output_shape
 from fsdlite.structures.bounds import check_bound, is_exporting
 
 CONV_KINDS = ('subm', 'conv', 'inverse')
@@ -64,6 +64,17 @@ def kernel_matrices(weight, one_by_one=False):
     return weight.reshape(cout, -1, cin).permute(1, 2, 0)
 
 
+def _rulebook_ops(ops, layer):
+    """``ops``, or ``fsdlite.ops`` in eager mode; the rulebook ops cannot run in an exported graph, so exporting
+    needs an export-safe ``ops`` (or the maps as graph inputs)."""
+    if ops is not None:
+        return ops
+    if is_exporting():
+        raise RuntimeError(f'the rulebook of {layer} cannot be built in a graph without an export-safe ops; exported '
+                           'graphs take rulebooks as inputs (build them with build_rulebook in eager mode)')
+    return fsdlite_ops
+
+
 def inverse_rulebook(strided, in_coors, in_num_valid, ops=None):
     """The neighbour map of the inverse conv of a strided conv: that conv's pairs with input and output swapped.
 
@@ -71,21 +82,12 @@ def inverse_rulebook(strided, in_coors, in_num_valid, ops=None):
         strided (ConvRulebook): the strided conv's (:func:`build_rulebook`).
         in_coors (Tensor): (Vin, 4) the strided conv's input voxels (the inverse conv's outputs);
             in_num_valid (Tensor | int): their valid rows.
-        ops (optional): an export-safe ``rulebook_inverse`` (see :func:`build_rulebook`); default ``fsdlite.ops``
-            in eager mode, pure torch while exporting.
+        ops (optional): an export-safe ``rulebook_inverse`` (see :func:`build_rulebook`; default ``fsdlite.ops``,
+            eager only).
     Returns:
         ConvRulebook: (Vin, K) ``nbr`` (dump = the strided conv's output rows), output voxels ``in_coors``.
     """
-    nbr = strided.nbr
-    if ops is not None:
-        inv = ops.rulebook_inverse(nbr, in_coors.shape[0])
-    elif not is_exporting():
-        inv = rulebook_inverse(nbr, in_coors.shape[0])
-    else:
-        vout, kv = nbr.shape
-        rows = torch.arange(vout, device=nbr.device).view(-1, 1).expand(vout, kv)
-        inv = torch.full((in_coors.shape[0] + 1, kv), vout, dtype=torch.long, device=nbr.device)
-        inv = inv.scatter(0, nbr, rows)[:in_coors.shape[0]]  # the dump row absorbs every missing pair
+    inv = _rulebook_ops(ops, 'an inverse conv').rulebook_inverse(strided.nbr, in_coors.shape[0])
     num_valid = torch.as_tensor(in_num_valid, device=in_coors.device).reshape(())
     return ConvRulebook(in_coors, num_valid, torch.zeros((), dtype=torch.long, device=in_coors.device), inv)
 
@@ -135,11 +137,7 @@ def build_rulebook(module, coors, num_valid, spatial_shape, max_out=None, bound_
     if g.kind == 'inverse':
         raise ValueError(f'build_rulebook: an inverse conv (indice_key={g.indice_key!r}) takes its strided conv\'s map '
                          'transposed (inverse_rulebook)')
-    if ops is None and is_exporting():
-        raise RuntimeError(f'the rulebook of layer {type(module).__name__}(indice_key={g.indice_key!r}) cannot be '
-                           'built in a graph without an export-safe ops; exported graphs take rulebooks as inputs '
-                           '(build them with build_rulebook in eager mode)')
-    ops = fsdlite_ops if ops is None else ops
+    ops = _rulebook_ops(ops, f'layer {type(module).__name__}(indice_key={g.indice_key!r})')
     num_valid = num_valid if isinstance(num_valid, torch.Tensor) else torch.tensor(int(num_valid))
     num_valid = num_valid.to(device=coors.device, dtype=torch.long).reshape(())
     shape = tuple(int(v) for v in spatial_shape)
