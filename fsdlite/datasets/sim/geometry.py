@@ -9,8 +9,9 @@ sum of the primitives' windows, not rays x primitives.
 Materials decide what a hit returns (:data:`KINDS`):
 
 * ``solid``: the surface;
-* ``glass``: nothing with probability ``a`` (specular), else with probability ``b`` the interior behind it
-  (``0.3-1.2 m`` deeper, never past the far side), else the glass surface;
+* ``glass``: the ray passes through with probability ``a`` (on to what lies behind: the far window, a hedge or a
+  wall behind the car, or nothing), else with probability ``b`` the interior behind it (``0.3-1.2 m`` deeper,
+  never past the far side), else the glass surface;
 * ``volume``: porous matter (foliage): the ray travels an exponential depth of mean ``a`` metres inside; if
   that passes the far side, the ray goes on to what lies behind;
 * ``mesh``: fences, spokes: the ray passes through with probability ``a``;
@@ -346,7 +347,7 @@ def cast(primitives, directions, ray_index, elevation, azimuth, rng):
         keys = np.unique(arr['owner'][prim[owned]] * np.int64(num_rays) + ray[owned])
         owner_rays += np.bincount(keys // num_rays, minlength=num_owners)[:num_owners]
     t, drop = _material_response(arr, prim, ray, t_in, t_out, directions, rng)
-    # nearest response per ray; a dropped response (glass, window) still hides what lies behind it
+    # nearest response per ray; a dropped response (a facade's window) still hides what lies behind it
     np.minimum.at(distance, ray, t)
     first = np.isfinite(t) & (t == distance[ray])
     winner[ray[first]] = prim[first]
@@ -380,8 +381,8 @@ def _material_response(arr, prim, ray, t_in, t_out, directions, rng):
     if glass.any():
         depth = rng.uniform(0.3, 1.2, len(t))
         interior = glass & (u >= a) & (u < a + b)
-        drop |= glass & (u < a)
         t = np.where(interior, np.minimum(t_in + depth, t_out - 0.02), t)
+        t = np.where(glass & (u < a), np.inf, t)
     volume = kind == VOLUME
     if volume.any():
         depth = rng.exponential(1.0, len(t)) * np.maximum(a, 1e-3)

@@ -3,7 +3,7 @@
 Chosen by looking at KITTI's readings (``../shared/reference/data.md`` section 1.4 and the scans themselves):
 road, sidewalks and terrain read 0.2-0.4 at every range (a matte response that hardly falls with the grazing
 angle); foliage and facades somewhat brighter; car bodies mostly dark, because glossy paint returns little
-except head-on (about half of KITTI's car points read exactly 0); glass drops most returns; number plates,
+except head-on (about half of KITTI's car points read exactly 0); most rays pass car glass (to the interior or what lies behind the car); number plates,
 signs and road markings are retro-reflective.
 """
 from .geometry import FACADE, GLASS, MESH, VOLUME, Material
@@ -61,7 +61,7 @@ def paint(rng):
 
 
 def car_glass(rng):
-    """Windows: a return is lost with probability ``a``, else it comes from the interior with probability ``b``."""
+    """Windows: a ray passes with probability ``a``, else it returns from the interior with probability ``b``."""
     return Material(0.05, GLASS, a=rng.uniform(0.35, 0.6), b=0.3, gloss=1.0)
 
 

@@ -156,11 +156,12 @@ def add_roadside(prims, rng, road, occupancy):
 
 
 def _border(prims, rng, road, side, s0, s1, occupancy):
-    """What separates the sidewalk from the land beyond it, by street type."""
+    """What separates the sidewalk from the land beyond it, by street type (in KITTI's towns, walls, fences and hedges
+    often stand 1.5-2 m beside the parked cars: :func:`~.statistics.clutter_behind_cars`)."""
     outer = road.edge(side) + side * road.sidewalk(side)
     kind = road.kind
-    choices = {'urban': (['none', 'hedge', 'wall', 'fence'], [0.7, 0.1, 0.1, 0.1]),
-               'narrow': (['none', 'wall'], [0.85, 0.15]),
+    choices = {'urban': (['none', 'hedge', 'wall', 'fence'], [0.4, 0.2, 0.2, 0.2]),
+               'narrow': (['none', 'wall', 'fence'], [0.6, 0.25, 0.15]),
                'residential': (['hedge', 'fence', 'wall', 'none'], [0.35, 0.3, 0.2, 0.15]),
                'road': (['vegetation', 'barrier', 'rail', 'fence', 'none'], [0.4, 0.15, 0.15, 0.1, 0.2])}[kind]
     s = s0

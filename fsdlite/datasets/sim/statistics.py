@@ -3,7 +3,7 @@
 All frames are cropped to the camera's view. :func:`scan_statistics` pools frames and returns: points per frame,
 the share of points per elevation band (upper block, middle, lower block of the HDL-64E), per range band, above
 local ground, the reflectance quantiles and share of zeros, the median points on a car by distance, and how far the
-cars are turned against the sensor's heading.
+cars are turned against the sensor's heading, and how much lies just behind the cars.
 """
 import numpy as np
 import torch
@@ -33,6 +33,45 @@ def above_ground_share(points, cell=2.0, radius=40.0, height=0.3):
     return float((xyz[:, 2] - ground[inverse] > height).mean())
 
 
+def _box_frame(points, box):
+    """Points in a box's own frame: (N, 3) of (along, across, above the box's bottom)."""
+    c, s = np.cos(box[6]), np.sin(box[6])
+    d = points[:, :3] - box[:3]
+    return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1], d[:, 2]], 1)
+
+
+def clutter_behind_cars(points, boxes, depth=3.0, min_points=50):
+    """Points just behind cars, counted against the points on them.
+
+    For each car with at least ``min_points`` points at 0.2 m to its roof, the points at those heights that lie within
+    its azimuth span (0.3 deg in from each edge), up to ``depth`` m beyond its farthest corner and in no car's box
+    (grown by 0.2 m): what a detector must not mistake for more car. Returns ``(behind, on_cars)`` counts.
+    """
+    xyz = np.asarray(points, dtype=np.float64)[:, :3]
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
+    azimuth, radius = np.arctan2(xyz[:, 1], xyz[:, 0]), np.hypot(xyz[:, 0], xyz[:, 1])
+    local = [_box_frame(xyz, b) for b in boxes]
+    in_any = np.zeros(len(xyz), dtype=bool)
+    for b, p in zip(boxes, local):
+        in_any |= (np.abs(p[:, 0]) < 0.5 * b[3] + 0.2) & (np.abs(p[:, 1]) < 0.5 * b[4] + 0.2) & (p[:, 2] > -0.1) \
+            & (p[:, 2] < b[5] + 0.2)
+    behind = on_cars = 0
+    margin = np.radians(0.3)
+    for b, p in zip(boxes, local):
+        heights = (p[:, 2] > 0.2) & (p[:, 2] < b[5])
+        on = heights & (np.abs(p[:, 0]) < 0.5 * b[3]) & (np.abs(p[:, 1]) < 0.5 * b[4])
+        if on.sum() < min_points:
+            continue
+        c, s = np.cos(b[6]), np.sin(b[6])
+        corner = np.array([[sx * 0.5 * b[3], sy * 0.5 * b[4]] for sx in (1, -1) for sy in (1, -1)])
+        cx, cy = b[0] + c * corner[:, 0] - s * corner[:, 1], b[1] + s * corner[:, 0] + c * corner[:, 1]
+        span, far = np.arctan2(cy, cx), np.hypot(cx, cy).max()
+        behind += int((heights & ~in_any & (azimuth > span.min() + margin) & (azimuth < span.max() - margin)
+                       & (radius > far) & (radius < far + depth)).sum())
+        on_cars += int(on.sum())
+    return behind, on_cars
+
+
 def scan_statistics(frames):
     """Pooled statistics of frames.
 
@@ -43,11 +82,13 @@ def scan_statistics(frames):
         dict: ``points_per_frame`` (mean), ``elevation_share`` (len(ELEVATION_BANDS) - 1,), ``range_share``
         (len(RANGE_BANDS) - 1,), ``above_ground`` (mean share per frame), ``reflectance_quantiles`` (QUANTILES),
         ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars),
-        ``car_reflectance_median`` and ``car_yaw_quantiles`` (YAW_QUANTILES of the cars' |yaw| in degrees, a box
-        and its 180-degree turn being one; NaN without cars).
+        ``car_reflectance_median``, ``car_yaw_quantiles`` (YAW_QUANTILES of the cars' |yaw| in degrees, a box
+        and its 180-degree turn being one; NaN without cars) and ``clutter_behind_cars`` (pooled
+        :func:`clutter_behind_cars`: points behind per point on the cars; NaN without cars).
     """
 
     counts, ranges, elevations, reflectance, above, car_points, car_refl, yaws = [], [], [], [], [], [], [], []
+    clutter = np.zeros(2)
     for points, boxes in frames:
         points = np.asarray(points, dtype=np.float32)
         boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 7)
@@ -63,6 +104,7 @@ def scan_statistics(frames):
             car_points += list(zip(np.hypot(boxes[:, 0], boxes[:, 1]), per_car))
             car_refl.append(points[inside >= 0, 3])
             yaws.append(np.abs(np.degrees((boxes[:, 6] + np.pi / 2) % np.pi - np.pi / 2)))
+            clutter += clutter_behind_cars(points, boxes)
     ranges, elevations, reflectance = (np.concatenate(v) for v in (ranges, elevations, reflectance))
     car_points = np.array(car_points, dtype=np.float64).reshape(-1, 2)
     medians = []
@@ -80,7 +122,8 @@ def scan_statistics(frames):
                 car_points=np.array(medians),
                 car_reflectance_median=float(np.median(car_refl)) if len(car_refl) else float('nan'),
                 car_yaw_quantiles=(np.percentile(yaws, YAW_QUANTILES) if len(yaws)
-                                   else np.full(len(YAW_QUANTILES), np.nan)))
+                                   else np.full(len(YAW_QUANTILES), np.nan)),
+                clutter_behind_cars=float(clutter[0] / clutter[1]) if clutter[1] else float('nan'))
 
 
 def format_statistics(rows):
@@ -105,8 +148,9 @@ def format_statistics(rows):
     add('median reflectance on cars', [f"{s['car_reflectance_median']:.2f}" for _, s in rows])
     add('car |yaw| deg q' + '/'.join(map(str, YAW_QUANTILES)),
         ['/'.join(f'{q:.1f}' for q in s['car_yaw_quantiles']) for _, s in rows])
+    add('points 0-3 m behind cars / on them', [f"{s['clutter_behind_cars']:.3f}" for _, s in rows])
     return '\n'.join(lines)
 
 
-__all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'RANGE_BANDS', 'ELEVATION_BANDS',
+__all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'clutter_behind_cars', 'RANGE_BANDS', 'ELEVATION_BANDS',
            'CAR_DISTANCE_BANDS', 'QUANTILES', 'YAW_QUANTILES']

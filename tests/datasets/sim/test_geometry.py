@@ -89,7 +89,7 @@ def test_nearest_surface_occludes():
 
 
 @pytest.mark.parametrize('material, check', [
-    (Material(0.05, GLASS, a=1.0, b=0.0), lambda h: np.isinf(h['distance']).all() and (h['seen_owner'] == 0).all()),
+    (Material(0.05, GLASS, a=1.0, b=0.0), lambda h: (h['owner'] == 1).all()),
     (Material(0.05, GLASS, a=0.0, b=1.0), lambda h: ((h['distance'] > 10.2) & (h['distance'] < 11.3)).all()),
     (Material(0.3, MESH, a=1.0), lambda h: (h['owner'] == 1).all()),
     (Material(0.3, VOLUME, a=0.01), lambda h: (h['owner'] == 0).all() & (h['distance'] < 10.2).all()),

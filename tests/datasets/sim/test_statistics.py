@@ -1,7 +1,7 @@
 """fsdlite.datasets.sim.statistics on hand-made frames (the real-against-simulated comparison: test_realism.py)."""
 import numpy as np
 
-from fsdlite.datasets.sim.statistics import YAW_QUANTILES, format_statistics, scan_statistics
+from fsdlite.datasets.sim.statistics import YAW_QUANTILES, clutter_behind_cars, format_statistics, scan_statistics
 
 
 def test_car_yaw_is_folded_against_the_sensor_heading():
@@ -15,3 +15,20 @@ def test_car_yaw_is_folded_against_the_sensor_heading():
                                atol=1e-3)
     assert 'car |yaw| deg q50/75/90' in format_statistics([('hand-made', stats)])
     assert np.isnan(scan_statistics([(points, np.zeros((0, 7), np.float32))])['car_yaw_quantiles']).all()
+
+
+def test_clutter_behind_cars_counts_only_unlabelled_points_just_behind():
+    car = np.array([10.0, 0.0, -1.7, 4.0, 2.0, 1.5, 0.0])  # far corners at x = 12, |y| = 1
+    on_car = np.stack([np.linspace(8.2, 11.8, 60), np.linspace(-0.8, 0.8, 60), np.full(60, -1.0)], 1)
+    behind = [[12.5, 0.0, -1.2], [13.5, 0.3, -0.8]]       # 0.5-1.5 m behind, at car heights: counted
+    not_behind = [[16.0, 0.0, -1.0],                       # more than 3 m behind
+                  [13.0, 0.0, -1.65],                      # at ground level
+                  [13.0, 4.0, -1.0],                       # outside the car's azimuth span
+                  [8.0, 0.0, -1.0],                        # in front of it
+                  [14.5, 0.2, -1.0]]                       # on another labelled car
+    other = np.array([15.0, 0.0, -1.7, 2.0, 2.0, 1.5, 0.0])  # too few points of its own to count as a car
+    points = np.concatenate([on_car, behind, not_behind])
+    points = np.concatenate([points, np.zeros((len(points), 1))], 1)
+    assert clutter_behind_cars(points, np.stack([car, other])) == (2, 60)
+    assert clutter_behind_cars(points, car[None]) == (3, 60)
+    assert clutter_behind_cars(points[:10], car[None]) == (0, 0)  # under min_points on the car
