@@ -6,7 +6,7 @@
   ScatterElements that ``scatter_reduce`` exports to costs far more on CPU.
 * ``aten.index_select`` of a 1-D tensor -> ``GatherElements`` (``Gather`` otherwise): ONNX Runtime's ``Gather`` of
   scalar rows is several times slower on CPU -- the label propagation, coordinate and key-table lookups of the
-  static grouping and graph rulebooks;
+  static grouping and the rulebook ops' export form;
 * ``aten.gelu`` -> ``(x * (1 + erf(x / sqrt 2))) * 0.5`` (``approximate='tanh'``: the tanh formula), the arrangement
   ONNX Runtime fuses into one Gelu kernel; the exporter's own ``(0.5 * (1 + erf)) * x`` stays five element-wise
   ops.

@@ -28,15 +28,9 @@ import torch
 from .. import _checks
 from .._checks import OpValueError
 from ..sparse_conv import PAIR_TILE, KernelMap
+from .graph import GraphRulebookOps
+from .reference import ConvRulebook, grid_keys
 from .reference import conv_output_shape as _conv_output_shape
-
-
-class ConvRulebook(NamedTuple):
-    """Result of :func:`rulebook_conv` (all int64, on the device of ``coors``)."""
-    out_coors: torch.Tensor      #: (max_out, 4) [b, z, y, x] sorted by key; padding rows are 0
-    num_valid_out: torch.Tensor  #: () output voxels kept (<= max_out)
-    num_dropped: torch.Tensor    #: () output voxels beyond max_out (dropped, counted)
-    nbr: torch.Tensor            #: (max_out, K) rows of coors; Vmax (dump) where no neighbour or padding
 
 
 @_checks.register_fake('fsdlite::rulebook_subm')
@@ -230,9 +224,7 @@ def _geometry_args(op, kernel_size, stride, padding, dilation):
 def voxel_keys(coors, spatial_shape):
     """(V,) int64 key ``((b * nz + z) * ny + y) * nx + x`` of (V, 4) ``[b, z, y, x]`` voxels: the order the rulebook
     ops sort voxels in, and in which :func:`subm_offset_pairs` / :func:`conv_offset_pairs` take their fast paths."""
-    nz, ny, nx = spatial_shape
-    coors = coors.long()
-    return ((coors[:, 0] * nz + coors[:, 1]) * ny + coors[:, 2]) * nx + coors[:, 3]
+    return grid_keys(coors.long(), spatial_shape)
 
 
 def subm_offset_pairs(coors, spatial_shape, kernel_size=3, dilation=1):
@@ -276,5 +268,5 @@ def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, di
     return out_coors, KernelMap.exact(pairs, starts, coors.shape[0], out_coors.shape[0])
 
 
-__all__ = ['ConvRulebook', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv', 'rulebook_inverse', 'RulebookPairs',
-           'rulebook_pairs', 'voxel_keys', 'subm_offset_pairs', 'conv_offset_pairs']
+__all__ = ['ConvRulebook', 'GraphRulebookOps', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv',
+           'rulebook_inverse', 'RulebookPairs', 'rulebook_pairs', 'voxel_keys', 'subm_offset_pairs', 'conv_offset_pairs']

@@ -1,9 +1,18 @@
 """Pure-torch reference of the rulebook family (sorted keys + binary search), for tests and benchmarks."""
 import itertools
+from typing import NamedTuple
 
 import torch
 
 from ..sparse_conv.reference import pairs_by_offset_reference
+
+
+class ConvRulebook(NamedTuple):
+    """Result of :func:`fsdlite.ops.rulebook_conv` and its export form (all int64, on the device of ``coors``)."""
+    out_coors: torch.Tensor      #: (max_out, 4) [b, z, y, x] sorted by key; padding rows are 0
+    num_valid_out: torch.Tensor  #: () output voxels kept (<= max_out)
+    num_dropped: torch.Tensor    #: () output voxels beyond max_out (dropped, counted)
+    nbr: torch.Tensor            #: (max_out, K) rows of coors; Vmax (dump) where no neighbour or padding
 
 
 def kernel_offsets(kernel_size):
@@ -17,7 +26,8 @@ def conv_output_shape(spatial_shape, kernel_size, stride, padding, dilation):
                  for n, k, s, p, d in zip(spatial_shape, kernel_size, stride, padding, dilation))
 
 
-def _keys(bzyx, shape):
+def grid_keys(bzyx, shape):
+    """int64 key ``((b * nz + z) * ny + y) * nx + x`` of ``[b, z, y, x]`` rows (..., 4) on a grid (nz, ny, nx)."""
     return ((bzyx[..., 0] * shape[0] + bzyx[..., 1]) * shape[1] + bzyx[..., 2]) * shape[2] + bzyx[..., 3]
 
 
@@ -26,11 +36,11 @@ def _lookup(coors, num_valid, shape, cells, dump):
     dumps = torch.full(cells.shape[:-1], dump, dtype=torch.long)
     if num_valid == 0:
         return dumps
-    keys = _keys(coors[:num_valid], shape)
+    keys = grid_keys(coors[:num_valid], shape)
     order = torch.argsort(keys)
     sorted_keys = keys[order]
     inside = ((cells[..., 1:] >= 0) & (cells[..., 1:] < torch.tensor(shape))).all(-1)
-    query = _keys(cells, shape)
+    query = grid_keys(cells, shape)
     pos = torch.searchsorted(sorted_keys, query).clamp(max=num_valid - 1)
     return torch.where(inside & (sorted_keys[pos] == query), order[pos], dumps)
 
@@ -58,7 +68,7 @@ def rulebook_conv_reference(coors, num_valid, spatial_shape, kernel_size, stride
     t = coors[:n, None, 1:] + p - kidx * d                       # (n, K, 3): o * s for a valid pair
     ok = ((t >= 0) & (t % s == 0) & (t // s < torch.tensor(out_shape))).all(-1)
     cand = torch.cat([coors[:n, None, :1].expand(-1, kidx.shape[0], 1), t // s], -1)[ok]
-    keys = torch.unique(_keys(cand, out_shape))                 # sorted
+    keys = torch.unique(grid_keys(cand, out_shape))                 # sorted
     total = keys.numel()
     kept = min(total, max_out)
     out = torch.zeros(max_out, 4, dtype=torch.long)

@@ -24,14 +24,13 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from fsdlite.ops import connected_components, segment_reduce, voxelize
+from fsdlite.ops import GraphRulebookOps, connected_components, segment_reduce, voxelize
 from fsdlite.structures.bounds import check_bound, is_exporting
 from fsdlite.structures.padded import valid_mask, with_dump_row
 
 from ...registry import TASK_UTILS
 from ..layers.static_ops import gather_rows, static_segment_reduce, static_voxelize
 from ..layers.voxel_geometry import voxel_grid
-from .graph_rulebook import GraphRulebookOps
 from .indexing import mask_to_index
 
 

@@ -17,7 +17,6 @@ from ..layers.builder import build_module
 from ..layers.execution import execution_mode, gather, segment_reduce
 from ..layers.static_ops import static_voxelize
 from .detector_base import Instances, SparseDetectorBase
-from .graph_rulebook import GraphRulebookOps
 from .indexing import mask_to_index, mask_to_padded_index
 
 
@@ -61,7 +60,7 @@ class FSDv2Lite(SparseDetectorBase):
         bounds: of the fixed-shape forward (see :mod:`~fsdlite.models.fsd.static`); besides the common bounds
             FSDv2-lite needs ``max_virtual_voxels`` (one per mixer level; level 0 = voxels of the virtual grid,
             real and virtual points together). The mixer's rulebooks are built inside the graph
-            (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`).
+            (:class:`~fsdlite.ops.GraphRulebookOps`).
         **kwargs: see :class:`~fsdlite.models.fsd.detector_base.SparseDetectorBase`.
     """
 
@@ -138,7 +137,7 @@ class FSDv2Lite(SparseDetectorBase):
     def _bounded_voxels(self, inputs, cloud, fg):
         """:class:`VirtualVoxels` on fixed shapes: the valid real and virtual points first, ``static_voxelize``
         into ``max_virtual_voxels[0]`` slots (dump V), the mixer's maps built in the graph
-        (:class:`~fsdlite.models.fsd.graph_rulebook.GraphRulebookOps`; pair lists when ``max_virtual_pairs`` is
+        (:class:`~fsdlite.ops.GraphRulebookOps`; pair lists when ``max_virtual_pairs`` is
         set); ``dropped`` counts the overflow of every instance bound."""
         bounds, batch_size, strict = self.bounds['max_virtual_voxels'], inputs['batch_size'], inputs['strict']
         points = inputs['points']
@@ -152,7 +151,7 @@ class FSDv2Lite(SparseDetectorBase):
                               bound_name='max_virtual_voxels[0]')
         plan = self.mixer.conv_plan()
         maps, _, dropped = plan.build_rulebooks(vox.voxel_coors, vox.num_voxels, bounds,
-                                                ops=GraphRulebookOps(batch_size), bound_name='max_virtual_voxels',
+                                                ops=ops.GraphRulebookOps(batch_size), bound_name='max_virtual_voxels',
                                                 strict=strict, inverse_maps='max_virtual_pairs' not in self.bounds)
         pair_dropped = []
         if 'max_virtual_pairs' in self.bounds:

@@ -1,5 +1,4 @@
-"""Fixed-shape building blocks of FSD-lite / FSDv2-lite against their dynamic twins: in-graph rulebooks vs
-fsdlite.ops.rulebook, padded index compaction vs nonzero, min-label propagation and padded grouping vs
+"""Fixed-shape building blocks of FSD-lite / FSDv2-lite against their dynamic twins: padded index compaction vs nonzero, min-label propagation and padded grouping vs
 ClusterAssigner (fsdlite.ops.connected_components), padded foreground sampling vs ForegroundSampler, padded
 VFE / neck / SIR / box selection vs the dynamic modules, rulebook UNet vs spconv; bounds raise or truncate."""
 import pytest
@@ -10,7 +9,6 @@ from hypothesis import strategies as st
 from fsdlite import ops
 from fsdlite.models.fsd.fsdv2_lite import valid_first
 from fsdlite.models.fsd.fg_sampler import ForegroundSampler
-from fsdlite.models.fsd.graph_rulebook import GraphRulebookOps
 from fsdlite.models.fsd.indexing import mask_to_index, mask_to_padded_index
 from fsdlite.models.fsd.cluster_assigner import connected_labels
 from fsdlite.models.layers.execution import fixed_shapes
@@ -25,39 +23,6 @@ def random_voxels(seed, batch, shape, density, pad):
     coors = torch.nonzero(torch.rand(batch, *shape, generator=g) < density)
     coors = coors[torch.randperm(coors.shape[0], generator=g)]
     return torch.cat([coors, torch.zeros(pad, 4, dtype=torch.long)]), coors.shape[0]
-
-
-# ------------------------------------------------------------------------------------------ in-graph rulebooks
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10 ** 6), batch=st.integers(1, 2), density=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
-       pad=st.integers(0, 5), kernel=st.sampled_from([1, 3]), stride=st.sampled_from([1, 2, 3]),
-       padding=st.integers(0, 1), dilation=st.integers(1, 2), cut=st.integers(0, 3))
-def test_graph_rulebooks_equal_ops(seed, batch, density, pad, kernel, stride, padding, dilation, cut):
-    shape = (3, 6, 5)
-    coors, n = random_voxels(seed, batch, shape, density, pad)
-    graph = GraphRulebookOps(batch)
-    if kernel % 2:
-        assert torch.equal(graph.rulebook_subm(coors, n, shape, kernel, dilation),
-                           ops.rulebook_subm(coors, n, shape, kernel, dilation))
-    try:
-        ops.conv_output_shape(shape, kernel, stride, padding, dilation)
-    except ValueError:
-        return
-    full = ops.rulebook_conv(coors, n, shape, kernel, stride, padding, dilation, max_out=max(n * 8, 1))
-    max_out = max(int(full.num_valid_out) - cut, 0)  # cut > 0: outputs beyond the bound are dropped and counted
-    a = graph.rulebook_conv(coors, torch.tensor(n), shape, kernel, stride, padding, dilation, max_out=max_out)
-    b = ops.rulebook_conv(coors, n, shape, kernel, stride, padding, dilation, max_out=max_out)
-    for x, y in zip(a, b):
-        assert torch.equal(x, y)
-    assert torch.equal(graph.rulebook_inverse(a.nbr, coors.shape[0]), ops.rulebook_inverse(b.nbr, coors.shape[0]))
-
-
-def test_graph_rulebook_rejects_voxels_outside_the_key_space():
-    coors = torch.tensor([[0, 0, 0, 0], [2, 0, 1, 1]])
-    with pytest.raises(ValueError, match=r'coors\[1\] = \[2, 0, 1, 1\] lies outside batch_size 2'):
-        GraphRulebookOps(2).rulebook_subm(coors, 2, (2, 2, 2))
-    with pytest.raises(ValueError, match='batch_size must be a positive int'):
-        GraphRulebookOps(0)
 
 
 @pytest.fixture(scope='module')
@@ -77,7 +42,7 @@ def test_rulebook_unet_equals_spconv(unet, graph_ops):
     with torch.no_grad():
         ref = unet(feats[:n], coors[:n], 2)
         plan, levels = unet.conv_plan(), [coors.shape[0], 400, 400]
-        nbrs, nums, dropped = plan.build_rulebooks(coors, n, levels, ops=GraphRulebookOps(2) if graph_ops else None)
+        nbrs, nums, dropped = plan.build_rulebooks(coors, n, levels, ops=ops.GraphRulebookOps(2) if graph_ops else None)
         out = unet(feats, kernel_maps=plan.dense_kernel_maps(nbrs, levels))
     torch.testing.assert_close(out[:n], ref, rtol=1e-10, atol=1e-10)
     assert int(nums[0]) == n and all(int(d) == 0 for d in dropped) and int(nums[2]) > 0

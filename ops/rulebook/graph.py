@@ -1,8 +1,8 @@
-"""Sparse-conv neighbour maps built inside a fixed-shape graph (pure torch, export-safe).
+"""The rulebook ops' export form: neighbour maps built inside a fixed-shape graph (pure torch, standard ONNX).
 
-Drop-in twin of the ``fsdlite.ops`` rulebook family (same signatures, same results: see
-:mod:`fsdlite.ops.rulebook`) for voxels that are themselves computed inside the graph, e.g. FSDv2's
-virtual voxels feeding the mixer UNet.  Lookups go through a **dense key table** of the grid
+:class:`GraphRulebookOps` has the signatures and results of :func:`rulebook_subm`, :func:`rulebook_conv` and
+:func:`rulebook_inverse` (tested against them) for voxels that are themselves computed inside the graph, e.g.
+FSDv2's virtual voxels feeding the mixer UNet, or FSD's cells linked into clusters.  Lookups go through a **dense key table** of the grid
 (``batch_size * nz * ny * nx + 1`` slots, the last one a dump): a ScatterElements to fill it and Gathers to
 read it, no sort, no ``unique``, no ``nonzero``; memory O(grid) per level.  A strided conv's output voxels
 come out sorted by ``(b, z, y, x)`` like the C++ op (a cumulative sum over the table's occupancy), so the
@@ -14,20 +14,30 @@ import math
 
 import torch
 
-from fsdlite.ops.rulebook import ConvRulebook, conv_output_shape
-from fsdlite.structures.bounds import is_exporting
-from fsdlite.structures.padded import valid_mask
-from fsdlite.utils.constants import const
+from .reference import ConvRulebook, conv_output_shape, grid_keys, kernel_offsets
+
+
+def _in_graph():
+    """True while a graph is traced, compiled, exported or captured: no host reads then."""
+    return bool(torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
+                or torch.onnx.is_in_onnx_export()
+                or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()))
+
+
+def _valid_mask(num_valid, size, device):
+    """(size,) bool: rows ``< num_valid`` (an int or a 0-d tensor)."""
+    if isinstance(num_valid, torch.Tensor):
+        return torch.arange(size, device=device) < num_valid.reshape(())
+    return torch.arange(size, device=device) < int(num_valid)
+
+
+def _const(values, device):
+    """An int64 constant of the graph."""
+    return torch.tensor(values, dtype=torch.long, device=device)
 
 
 def _triple(value):
     return [int(value)] * 3 if isinstance(value, int) else [int(v) for v in value]
-
-
-def _kernel_offsets(kernel_size, device):
-    """(K, 3) int64 (kz, ky, kx) in itertools.product order (spconv's weight order)."""
-    axes = [torch.arange(k, device=device) for k in kernel_size]
-    return torch.stack(torch.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
 
 
 def _reaching_taps(c, k, s, p, d):
@@ -36,7 +46,7 @@ def _reaching_taps(c, k, s, p, d):
     ``M = ceil(k / (s / gcd(d, s)))``; whether the output cell exists is checked by the caller."""
     period = s // math.gcd(d, s)  # taps reaching outputs repeat with this period
     first = [next((kk for kk in range(min(period, k)) if (r - kk * d) % s == 0), -1) for r in range(s)]
-    kk0 = const(first, device=c.device).index_select(0, torch.remainder(c + p, s))  # smallest tap, -1: none
+    kk0 = _const(first, c.device).index_select(0, torch.remainder(c + p, s))  # smallest tap, -1: none
     kk = kk0[:, None] + period * torch.arange(-(-k // period), device=c.device)[None, :]
     return torch.where((kk0[:, None] >= 0) & (kk < k), kk, torch.full_like(kk, -1))
 
@@ -56,14 +66,10 @@ class GraphRulebookOps:
     def _key_space(self, shape):
         return self.batch_size * math.prod(shape)
 
-    @staticmethod
-    def _keys(bzyx, shape):
-        return ((bzyx[..., 0] * shape[0] + bzyx[..., 1]) * shape[1] + bzyx[..., 2]) * shape[2] + bzyx[..., 3]
-
     def _check(self, coors, valid, shape):
         if coors.dim() != 2 or coors.shape[1] != 4:
             raise ValueError(f'GraphRulebookOps: coors must be (Vmax, 4) [b, z, y, x], got {tuple(coors.shape)}')
-        if is_exporting() or not coors.shape[0]:
+        if _in_graph() or not coors.shape[0]:
             return
         top = torch.tensor([self.batch_size, *shape], device=coors.device)
         bad = valid[:, None] & ((coors < 0) | (coors >= top))
@@ -75,7 +81,7 @@ class GraphRulebookOps:
     def _table(self, coors, valid, shape):
         """(G + 1,) row of each occupied key; Vmax (dump) elsewhere and in the dump slot G."""
         vmax, g = coors.shape[0], self._key_space(shape)
-        keys = torch.where(valid, self._keys(coors, shape), torch.full_like(coors[:, 0], g))
+        keys = torch.where(valid, grid_keys(coors, shape), torch.full_like(coors[:, 0], g))
         rows = torch.arange(vmax, device=coors.device)
         rows = torch.where(valid, rows, torch.full_like(rows, vmax))  # every dump write stores the same value
         return torch.full((g + 1,), vmax, dtype=torch.long, device=coors.device).scatter(0, keys, rows)
@@ -99,10 +105,10 @@ class GraphRulebookOps:
         vmax, device = coors.shape[0], coors.device
         halo = [int(h) for h in halo]
         grown = tuple(int(n) + 2 * h for n, h in zip(spatial_shape, halo))
-        shifted = coors.long() + const([0, *halo], device=device)
+        shifted = coors.long() + _const([0, *halo], device)
         table = self._table(shifted, valid, grown)
-        step = const([grown[1] * grown[2], grown[2], 1], device=device)
-        keys = self._keys(shifted, grown).view(-1, 1) + (offsets.long() * step).sum(1).view(1, -1)
+        step = _const([grown[1] * grown[2], grown[2], 1], device)
+        keys = grid_keys(shifted, grown).view(-1, 1) + (offsets.long() * step).sum(1).view(1, -1)
         keys = torch.where(valid[:, None], keys, torch.full_like(keys, table.shape[0] - 1))
         return table.index_select(0, keys.reshape(-1)).view(vmax, offsets.shape[0])
 
@@ -111,10 +117,9 @@ class GraphRulebookOps:
         shape, k, d = tuple(int(v) for v in spatial_shape), _triple(kernel_size), _triple(dilation)
         coors = coors.long()
         vmax = coors.shape[0]
-        valid = valid_mask(num_valid, vmax, coors.device)
+        valid = _valid_mask(num_valid, vmax, coors.device)
         self._check(coors, valid, shape)
-        offsets = (_kernel_offsets(k, coors.device) - const(list(k), device=coors.device) // 2) * \
-            const(list(d), device=coors.device)
+        offsets = (kernel_offsets(k).to(coors.device) - _const(list(k), coors.device) // 2) * _const(list(d), coors.device)
         return self.neighbour_rows(coors, valid, shape, offsets, [(kk // 2) * dd for kk, dd in zip(k, d)])
 
     def rulebook_conv(self, coors, num_valid, spatial_shape, kernel_size, stride=1, padding=0, dilation=1, *,
@@ -125,7 +130,7 @@ class GraphRulebookOps:
         out_shape = tuple(conv_output_shape(shape, k, s, p, d))
         coors, max_out = coors.long(), int(max_out)
         vmax, device = coors.shape[0], coors.device
-        valid = valid_mask(num_valid, vmax, device)
+        valid = _valid_mask(num_valid, vmax, device)
         self._check(coors, valid, shape)
         kv = math.prod(k)
         # Per axis only the kernel taps that can reach an output (kk * d = c + p mod s: at most
@@ -151,7 +156,7 @@ class GraphRulebookOps:
         out_keys = torch.zeros(max_out + 1, dtype=torch.long, device=device).scatter(
             0, slot, torch.arange(g, device=device))[:max_out]
         kept = torch.clamp(total, max=max_out)
-        out_keys = torch.where(valid_mask(kept, max_out, device), out_keys, torch.zeros_like(out_keys))
+        out_keys = torch.where(_valid_mask(kept, max_out, device), out_keys, torch.zeros_like(out_keys))
         out_coors = torch.stack([out_keys // (oz * oy * ox), out_keys // (oy * ox) % oz, out_keys // ox % oy,
                                  out_keys % ox], 1)
         row = torch.where(ok, rank.index_select(0, okey.reshape(-1).clamp(max=max(g - 1, 0))).view(okey.shape),
@@ -171,4 +176,4 @@ class GraphRulebookOps:
         return inv.scatter(0, nbr.long(), rows)[:int(num_rows)]  # the dump row absorbs every missing pair
 
 
-__all__ = ['GraphRulebookOps']
+__all__ = ['GraphRulebookOps', 'ConvRulebook']
