@@ -13,6 +13,7 @@ import types
 from pathlib import Path
 
 from . import build  # noqa: F401  (makes torch.ops.fsdlite load a family on the first lookup of one of its ops)
+from ._checks import is_exporting  # noqa: F401  (public: whether host reads are allowed now)
 
 
 def _discover_exports():

@@ -19,6 +19,14 @@ from . import build
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
+def is_exporting():
+    """True while torch.compile/torch.export, TorchScript tracing/scripting or ONNX export runs the caller, or while
+    a CUDA graph is captured: no host reads then (value checks are skipped; bounds truncate and count)."""
+    return bool(torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
+                or torch.onnx.is_in_onnx_export()
+                or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()))
+
+
 class OpValueError(ValueError, RuntimeError):
     """A bad argument value, shape or device: a ``ValueError`` that is also the ``RuntimeError`` torch raises."""
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from fsdlite.ops import is_exporting
+
 
 class BoundExceededError(RuntimeError):
     """A data-dependent size exceeded its configured bound (eager mode).
@@ -31,14 +33,6 @@ class BoundExceededError(RuntimeError):
         super().__init__(f'bound {name} exceeded: needed {self.needed}, allowed {self.allowed}; raise '
                          f'bounds.{name.split("[")[0]} in the config (tools/collect_bounds.py measures bounds on a '
                          f'dataset)')
-
-
-def is_exporting():
-    """True while torch.compile/torch.export, TorchScript tracing/scripting or ONNX export runs the model, or while
-    a CUDA graph is captured (no host reads then: bounds truncate and count, as in an exported graph)."""
-    return bool(torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
-                or torch.onnx.is_in_onnx_export()
-                or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()))
 
 
 def check_bound(needed, allowed, name, strict=None):

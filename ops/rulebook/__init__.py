@@ -269,4 +269,5 @@ def conv_offset_pairs(coors, spatial_shape, kernel_size, stride=1, padding=0, di
 
 
 __all__ = ['ConvRulebook', 'GraphRulebookOps', 'conv_output_shape', 'rulebook_subm', 'rulebook_conv',
-           'rulebook_inverse', 'RulebookPairs', 'rulebook_pairs', 'voxel_keys', 'subm_offset_pairs', 'conv_offset_pairs']
+           'rulebook_inverse', 'RulebookPairs', 'rulebook_pairs', 'voxel_keys', 'subm_offset_pairs',
+           'conv_offset_pairs']

@@ -2,11 +2,11 @@
 
 :class:`GraphRulebookOps` has the signatures and results of :func:`rulebook_subm`, :func:`rulebook_conv` and
 :func:`rulebook_inverse` (tested against them) for voxels that are themselves computed inside the graph, e.g.
-FSDv2's virtual voxels feeding the mixer UNet, or FSD's cells linked into clusters.  Lookups go through a **dense key table** of the grid
-(``batch_size * nz * ny * nx + 1`` slots, the last one a dump): a ScatterElements to fill it and Gathers to
-read it, no sort, no ``unique``, no ``nonzero``; memory O(grid) per level.  A strided conv's output voxels
-come out sorted by ``(b, z, y, x)`` like the C++ op (a cumulative sum over the table's occupancy), so the
-maps are identical to the op's.
+FSDv2's virtual voxels feeding the mixer UNet, or FSD's cells linked into clusters.  Lookups go through a
+**dense key table** of the grid (``batch_size * nz * ny * nx + 1`` slots, the last one a dump): a ScatterElements
+to fill it and Gathers to read it, no sort, no ``unique``, no ``nonzero``; memory O(grid) per level.  A strided
+conv's output voxels come out sorted by ``(b, z, y, x)`` like the C++ op (a cumulative sum over the table's
+occupancy), so the maps are identical to the op's.
 
 Pass an instance as ``ops=`` to :func:`fsdlite.models.layers.rulebook_conv.build_rulebook`.
 """
@@ -14,14 +14,8 @@ import math
 
 import torch
 
+from .._checks import is_exporting
 from .reference import ConvRulebook, conv_output_shape, grid_keys, kernel_offsets
-
-
-def _in_graph():
-    """True while a graph is traced, compiled, exported or captured: no host reads then."""
-    return bool(torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.jit.is_scripting()
-                or torch.onnx.is_in_onnx_export()
-                or (torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()))
 
 
 def _valid_mask(num_valid, size, device):
@@ -69,7 +63,7 @@ class GraphRulebookOps:
     def _check(self, coors, valid, shape):
         if coors.dim() != 2 or coors.shape[1] != 4:
             raise ValueError(f'GraphRulebookOps: coors must be (Vmax, 4) [b, z, y, x], got {tuple(coors.shape)}')
-        if _in_graph() or not coors.shape[0]:
+        if is_exporting() or not coors.shape[0]:
             return
         top = torch.tensor([self.batch_size, *shape], device=coors.device)
         bad = valid[:, None] & ((coors < 0) | (coors >= top))
@@ -119,7 +113,8 @@ class GraphRulebookOps:
         vmax = coors.shape[0]
         valid = _valid_mask(num_valid, vmax, coors.device)
         self._check(coors, valid, shape)
-        offsets = (kernel_offsets(k).to(coors.device) - _const(list(k), coors.device) // 2) * _const(list(d), coors.device)
+        offsets = kernel_offsets(k).to(coors.device) - _const(list(k), coors.device) // 2
+        offsets = offsets * _const(list(d), coors.device)
         return self.neighbour_rows(coors, valid, shape, offsets, [(kk // 2) * dd for kk, dd in zip(k, d)])
 
     def rulebook_conv(self, coors, num_valid, spatial_shape, kernel_size, stride=1, padding=0, dilation=1, *,
@@ -176,4 +171,4 @@ class GraphRulebookOps:
         return inv.scatter(0, nbr.long(), rows)[:int(num_rows)]  # the dump row absorbs every missing pair
 
 
-__all__ = ['GraphRulebookOps', 'ConvRulebook']
+__all__ = ['GraphRulebookOps']

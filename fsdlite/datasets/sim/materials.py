@@ -3,8 +3,8 @@
 Chosen by looking at KITTI's readings (``../shared/reference/data.md`` section 1.4 and the scans themselves):
 road, sidewalks and terrain read 0.2-0.4 at every range (a matte response that hardly falls with the grazing
 angle); foliage and facades somewhat brighter; car bodies mostly dark, because glossy paint returns little
-except head-on (about half of KITTI's car points read exactly 0); most rays pass car glass (to the interior or what lies behind the car); number plates,
-signs and road markings are retro-reflective.
+except head-on (about half of KITTI's car points read exactly 0); most rays pass car glass (to the interior or
+what lies behind the car); number plates, signs and road markings are retro-reflective.
 """
 from .geometry import FACADE, GLASS, MESH, VOLUME, Material
 

@@ -152,5 +152,5 @@ def format_statistics(rows):
     return '\n'.join(lines)
 
 
-__all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'clutter_behind_cars', 'RANGE_BANDS', 'ELEVATION_BANDS',
-           'CAR_DISTANCE_BANDS', 'QUANTILES', 'YAW_QUANTILES']
+__all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'clutter_behind_cars', 'RANGE_BANDS',
+           'ELEVATION_BANDS', 'CAR_DISTANCE_BANDS', 'QUANTILES', 'YAW_QUANTILES']
