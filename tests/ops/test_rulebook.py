@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _voxel_helpers import voxel_key, waymo_voxels
+from _voxel_helpers import random_voxels, voxel_key, waymo_voxels
 
 from fsdlite.ops import ConvRulebook, conv_output_shape, rulebook_conv, rulebook_inverse, rulebook_subm
 from fsdlite.ops.rulebook import reference
@@ -16,18 +16,6 @@ from fsdlite.ops.rulebook.reference import (rulebook_conv_reference, rulebook_in
                                             rulebook_subm_reference)
 
 SHAPE = (6, 7, 9)
-
-
-def random_voxels(shape=SHAPE, batches=2, density=0.3, pad=5, seed=0):
-    """Padded (Vmax, 4) coordinates in random row order; padding rows hold garbage (even duplicates)."""
-    g = torch.Generator().manual_seed(seed)
-    coors = torch.nonzero(torch.rand(batches, *shape, generator=g) < density)
-    coors = coors[torch.randperm(coors.shape[0], generator=g)]
-    garbage = torch.zeros(pad, 4, dtype=torch.long)
-    if pad and coors.shape[0]:
-        garbage[0] = coors[0]  # a duplicate of a voxel
-    garbage[1:, 1] = 10 ** 6  # out of range: padding is never validated nor read
-    return torch.cat([coors, garbage]), coors.shape[0]
 
 
 def pair_codes(inp, out, k, kv, num_out):

@@ -9,12 +9,7 @@ from hypothesis import strategies as st
 
 from fsdlite import ops
 
-
-def random_voxels(seed, batch, shape, density, pad):
-    g = torch.Generator().manual_seed(seed)
-    coors = torch.nonzero(torch.rand(batch, *shape, generator=g) < density)
-    coors = coors[torch.randperm(coors.shape[0], generator=g)]
-    return torch.cat([coors, torch.zeros(pad, 4, dtype=torch.long)]), coors.shape[0]
+from _voxel_helpers import random_voxels
 
 
 @settings(max_examples=25, deadline=None)
@@ -23,7 +18,7 @@ def random_voxels(seed, batch, shape, density, pad):
        padding=st.integers(0, 1), dilation=st.integers(1, 2), cut=st.integers(0, 3))
 def test_graph_rulebooks_equal_ops(seed, batch, density, pad, kernel, stride, padding, dilation, cut):
     shape = (3, 6, 5)
-    coors, n = random_voxels(seed, batch, shape, density, pad)
+    coors, n = random_voxels(shape, batch, density, pad, seed)
     graph = ops.GraphRulebookOps(batch)
     if kernel % 2:
         assert torch.equal(graph.rulebook_subm(coors, n, shape, kernel, dilation),
@@ -63,8 +58,8 @@ class _Maps(torch.nn.Module):
 def test_graph_rulebooks_export_to_standard_onnx(tmp_path):
     """The export form runs in ONNX Runtime (standard operators only) with the C++ ops' results, for a voxel count
     other than the one it was exported with."""
-    export_coors, export_n = random_voxels(0, 2, (4, 8, 6), 0.1, 30)
-    coors, n = random_voxels(1, 2, (4, 8, 6), 0.05, 0)
+    export_coors, export_n = random_voxels((4, 8, 6), 2, 0.1, 30, seed=0)
+    coors, n = random_voxels((4, 8, 6), 2, 0.05, 0, seed=1)
     coors = torch.cat([coors, torch.zeros(export_coors.shape[0] - coors.shape[0], 4, dtype=torch.long)])
     path = tmp_path / 'maps.onnx'
     torch.onnx.export(_Maps().eval(), (export_coors, torch.tensor(export_n)), str(path), dynamo=True, opset_version=18,

@@ -8,7 +8,8 @@ cars are turned against the sensor's heading, and how much lies just behind the 
 import numpy as np
 import torch
 
-from fsdlite.ops import points_in_boxes
+from fsdlite.ops import points_in_boxes, points_in_boxes_all
+from fsdlite.structures.boxes import bev_corners
 
 RANGE_BANDS = (0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 ELEVATION_BANDS = (-25.0, -15.0, -8.6, -4.0, 0.0, 4.0)  # degrees: below the camera, lower block, upper block
@@ -33,13 +34,6 @@ def above_ground_share(points, cell=2.0, radius=40.0, height=0.3):
     return float((xyz[:, 2] - ground[inverse] > height).mean())
 
 
-def _box_frame(points, box):
-    """Points in a box's own frame: (N, 3) of (along, across, above the box's bottom)."""
-    c, s = np.cos(box[6]), np.sin(box[6])
-    d = points[:, :3] - box[:3]
-    return np.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1], d[:, 2]], 1)
-
-
 def clutter_behind_cars(points, boxes, depth=3.0, min_points=50):
     """Points just behind cars, counted against the points on them.
 
@@ -47,28 +41,26 @@ def clutter_behind_cars(points, boxes, depth=3.0, min_points=50):
     its azimuth span (0.3 deg in from each edge), up to ``depth`` m beyond its farthest corner and in no car's box
     (grown by 0.2 m): what a detector must not mistake for more car. Returns ``(behind, on_cars)`` counts.
     """
-    xyz = np.asarray(points, dtype=np.float64)[:, :3]
-    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
-    azimuth, radius = np.arctan2(xyz[:, 1], xyz[:, 0]), np.hypot(xyz[:, 0], xyz[:, 1])
-    local = [_box_frame(xyz, b) for b in boxes]
-    in_any = np.zeros(len(xyz), dtype=bool)
-    for b, p in zip(boxes, local):
-        in_any |= (np.abs(p[:, 0]) < 0.5 * b[3] + 0.2) & (np.abs(p[:, 1]) < 0.5 * b[4] + 0.2) & (p[:, 2] > -0.1) \
-            & (p[:, 2] < b[5] + 0.2)
+    xyz = torch.from_numpy(np.ascontiguousarray(np.asarray(points, dtype=np.float32)[:, :3]))
+    boxes = torch.from_numpy(np.asarray(boxes, dtype=np.float32).reshape(-1, 7))
+    if not len(boxes):
+        return 0, 0
+    grown = boxes + boxes.new_tensor([0, 0, -0.1, 0.4, 0.4, 0.3, 0])
+    in_any = points_in_boxes(xyz, grown) >= 0
+    on = points_in_boxes_all(xyz, boxes + boxes.new_tensor([0, 0, 0.2, 0, 0, -0.2, 0]))  # (N, M) at car heights
+    corners = bev_corners(boxes.double())                                                # (M, 4, 2)
+    spans = torch.atan2(corners[..., 1], corners[..., 0])
+    far = corners.norm(dim=-1).amax(1)
+    azimuth, radius = torch.atan2(xyz[:, 1], xyz[:, 0]).double(), xyz[:, :2].double().norm(dim=1)
     behind = on_cars = 0
     margin = np.radians(0.3)
-    for b, p in zip(boxes, local):
-        heights = (p[:, 2] > 0.2) & (p[:, 2] < b[5])
-        on = heights & (np.abs(p[:, 0]) < 0.5 * b[3]) & (np.abs(p[:, 1]) < 0.5 * b[4])
-        if on.sum() < min_points:
+    for j, box in enumerate(boxes):
+        if int(on[:, j].sum()) < min_points:
             continue
-        c, s = np.cos(b[6]), np.sin(b[6])
-        corner = np.array([[sx * 0.5 * b[3], sy * 0.5 * b[4]] for sx in (1, -1) for sy in (1, -1)])
-        cx, cy = b[0] + c * corner[:, 0] - s * corner[:, 1], b[1] + s * corner[:, 0] + c * corner[:, 1]
-        span, far = np.arctan2(cy, cx), np.hypot(cx, cy).max()
-        behind += int((heights & ~in_any & (azimuth > span.min() + margin) & (azimuth < span.max() - margin)
-                       & (radius > far) & (radius < far + depth)).sum())
-        on_cars += int(on.sum())
+        heights = (xyz[:, 2] > box[2] + 0.2) & (xyz[:, 2] < box[2] + box[5])
+        behind += int((heights & ~in_any & (azimuth > spans[j].min() + margin) & (azimuth < spans[j].max() - margin)
+                       & (radius > far[j]) & (radius < far[j] + depth)).sum())
+        on_cars += int(on[:, j].sum())
     return behind, on_cars
 
 
