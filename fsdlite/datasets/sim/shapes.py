@@ -63,14 +63,16 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     rot = rotation(yaw)
     to_world = _world(x, y, z0, yaw)
     hl, hw = 0.5 * length, 0.5 * width
-    # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view (16 planes)
+    # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view (16 planes).
+    # The corners are tight: on real scans the side seen from behind a car runs to the far end of its box
+    # (statistics.car_extent_gaps)
     ex, ey, ez = np.eye(3)
     body = [_plane_through(ex, [hl, 0, 0], rot, to_world), _plane_through(-ex, [-hl, 0, 0], rot, to_world),
             _plane_through(ey, [0, hw, 0], rot, to_world), _plane_through(-ey, [0, -hw, 0], rot, to_world),
             _plane_through(ez, [0, 0, belt], rot, to_world), _plane_through(-ez, [0, 0, clearance], rot, to_world),
             _chamfer(ex, ez * 2.2, [hl, 0, belt], rng.uniform(0.12, 0.2), rot, to_world),
             _chamfer(-ex, ez * 1.5, [-hl, 0, belt], rng.uniform(0.08, 0.15), rot, to_world)]
-    radius = rng.uniform(0.3, 0.6)  # bumpers round the corners in plan view: two tangent planes per corner
+    radius = rng.uniform(0.02, 0.12)  # two tangent planes per corner
     for sx in (1, -1):
         for sy in (1, -1):
             centre = np.array([sx * (hl - radius), sy * (hw - radius), 0.0])
@@ -119,7 +121,12 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     plate = materials.retro(rng)
     for sx in (1, -1):
         _box(prims, to_world, yaw, [sx * (hl + 0.005), 0, clearance + 0.25], [0.02, 0.5, 0.12], plate, owner)
-    # KITTI's boxes enclose the body with a little slack (number plates, bumpers, mirrors folded in)
+    # door mirrors at the foot of the windscreen stand outside the box, as on KITTI's labels
+    reach = rng.uniform(0.08, 0.18)
+    for sy in (1, -1):
+        _box(prims, to_world, yaw, [base_front - 0.08, sy * (hw + 0.5 * reach), belt + 0.08], [0.1, reach, 0.13],
+             paint, owner)
+    # KITTI's boxes enclose the body with a little slack (number plates, bumpers) and leave the mirrors out
     return dict(name='Car', box=np.array([x, y, z0, length + 0.06, width + 0.04, height + 0.02, yaw]))
 
 

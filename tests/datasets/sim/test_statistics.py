@@ -1,7 +1,8 @@
 """fsdlite.datasets.sim.statistics on hand-made frames (the real-against-simulated comparison: test_realism.py)."""
 import numpy as np
 
-from fsdlite.datasets.sim.statistics import YAW_QUANTILES, clutter_behind_cars, format_statistics, scan_statistics
+from fsdlite.datasets.sim.statistics import (YAW_QUANTILES, car_far_end_gaps, clutter_behind_cars, format_statistics,
+                                             scan_statistics)
 
 
 def test_car_yaw_is_folded_against_the_sensor_heading():
@@ -32,3 +33,23 @@ def test_clutter_behind_cars_counts_only_unlabelled_points_just_behind():
     assert clutter_behind_cars(points, np.stack([car, other])) == (2, 60)
     assert clutter_behind_cars(points, car[None]) == (3, 60)
     assert clutter_behind_cars(points[:10], car[None]) == (0, 0)  # under min_points on the car
+
+
+def test_far_end_gap_is_measured_from_the_end_away_from_the_sensor():
+    # a car 10 m ahead, long axis along x: its near end at x = 8, its far end at x = 12
+    car = np.array([10.0, 2.0, -1.7, 4.0, 2.0, 1.5, 0.0])
+    side = np.stack([np.linspace(8.0, 11.7, 40), np.full(40, 1.0), np.full(40, -1.0)], 1)  # seen to 0.3 m short
+    mirror = [[10.5, 0.8, -0.8]]                     # 0.2 m outside the width: counts, not the farthest
+    beyond = [[12.4, 2.0, -1.0], [11.9, 2.0, -1.68]]  # past the far end, under 0.1 m above the box bottom: ignored
+    points = np.concatenate([side, mirror, beyond])
+    np.testing.assert_allclose(car_far_end_gaps(points, car[None]), [0.3])
+    turned = car.copy()
+    turned[6] = np.pi  # the same box turned end for end: the far end is still the one at x = 12
+    np.testing.assert_allclose(car_far_end_gaps(points, turned[None]), [0.3])
+    behind = car * [-1, -1, 1, 1, 1, 1, 1]            # mirrored to x = -10: the far end is at x = -12
+    np.testing.assert_allclose(car_far_end_gaps(points * [-1, -1, 1], behind[None]), [0.3])
+    assert len(car_far_end_gaps(points[:20], car[None])) == 0          # under min_points
+    assert len(car_far_end_gaps(points, (car + [0, 8, 0, 0, 0, 0, 0])[None])) == 0  # no points on it
+    crossing = car.copy()
+    crossing[6] = np.pi / 2  # seen from its side: not counted
+    assert len(car_far_end_gaps(points, crossing[None])) == 0
