@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from fsdlite.apis import init_model, predict_item, score_samples
-from fsdlite.datasets.sim.statistics import format_statistics, scan_statistics
+from fsdlite.datasets.sim.statistics import format_statistics, labelled_frames, scan_statistics
 from fsdlite.engine.tool_setup import load_config, number
 from fsdlite.evaluation.functional.localisation import concatenate_errors, localisation_errors, summarise_errors
 from fsdlite.registry import DATASETS
@@ -182,17 +182,11 @@ def scan_statistics_table():
     real = DATASETS.build(dict(type='KittiDataset', data_root=str(REPO / '../shared/data/kitti_tiny_3d'),
                                ann_file=REAL_ALL, camera_fov=True, test_mode=True,
                                data_prefix=dict(pts='velodyne', label='label_2', calib='calib'),
-                               metainfo=dict(classes=('Car',))))
+                               metainfo=dict(classes=('Car', 'Pedestrian'))))
     sim = DATASETS.build(dict(type='SyntheticLidarDataset', split='test', num_frames=24,
-                              metainfo=dict(classes=('Car',))))
-
-    def frames(ds):
-        for i in range(len(ds)):
-            r = ds.raw_results(i)
-            yield r['points'].numpy(), r['gt_bboxes_3d'].numpy()
-
-    return format_statistics([('real KITTI (30)', scan_statistics(frames(real))),
-                              ('simulated (24)', scan_statistics(frames(sim)))])
+                              metainfo=dict(classes=('Car', 'Pedestrian'))))
+    return format_statistics([('real KITTI (30)', scan_statistics(labelled_frames(real))),
+                              ('simulated (24)', scan_statistics(labelled_frames(sim)))])
 
 
 def run_family(key, args, out, given):

@@ -91,12 +91,25 @@ def car_far_end_gaps(points, boxes, max_range=20.0, min_points=30):
     return np.array(gaps, dtype=np.float64)
 
 
+def labelled_frames(dataset, count=None):
+    """``(points, car_boxes, pedestrian_boxes)`` of a dataset's first ``count`` frames (default: all), the input of
+    :func:`scan_statistics`; the dataset's classes must begin with ``('Car', 'Pedestrian')``."""
+    classes = tuple(dataset.metainfo['classes'][:2])
+    if classes != ('Car', 'Pedestrian'):
+        raise ValueError(f"labelled_frames: the dataset's classes must begin with ('Car', 'Pedestrian'), got "
+                         f"{dataset.metainfo['classes']}")
+    for i in range(len(dataset) if count is None else count):
+        r = dataset.raw_results(i)
+        boxes, labels = r['gt_bboxes_3d'].numpy(), r['gt_labels_3d'].numpy()
+        yield r['points'].numpy(), boxes[labels == 0], boxes[labels == 1]
+
+
 def scan_statistics(frames):
     """Pooled statistics of frames.
 
     Args:
-        frames (iterable): ``(points (N, 4) array, car_boxes (M, 7) array)`` per frame (camera-view points, lidar
-            boxes of the labelled cars).
+        frames (iterable): ``(points (N, 4) array, car_boxes (M, 7) array[, pedestrian_boxes (P, 7) array])`` per
+            frame (camera-view points, lidar boxes of the labelled cars and, optionally, pedestrians).
     Returns:
         dict: ``points_per_frame`` (mean), ``elevation_share`` (len(ELEVATION_BANDS) - 1,), ``range_share``
         (len(RANGE_BANDS) - 1,), ``above_ground`` (mean share per frame), ``reflectance_quantiles`` (QUANTILES),
@@ -104,14 +117,17 @@ def scan_statistics(frames):
         ``car_reflectance_median``, ``car_yaw_quantiles`` (YAW_QUANTILES of the cars' |yaw| in degrees, a box
         and its 180-degree turn being one; NaN without cars) and ``clutter_behind_cars`` (pooled
         :func:`clutter_behind_cars`: points behind per point on the cars; NaN without cars) and
-        ``car_far_end_gap`` (median of :func:`car_far_end_gaps`, m; NaN without such cars).
+        ``car_far_end_gap`` (median of :func:`car_far_end_gaps`, m; NaN without such cars) and
+        ``pedestrian_reflectance`` (median over the pedestrians with >= 10 points of their median reflectance; NaN
+        without).
     """
 
     counts, ranges, elevations, reflectance, above, car_points, car_refl, yaws = [], [], [], [], [], [], [], []
-    clutter, far_gaps = np.zeros(2), []
-    for points, boxes in frames:
+    clutter, far_gaps, people = np.zeros(2), [], []
+    for points, boxes, *pedestrians in frames:
         points = np.asarray(points, dtype=np.float32)
         boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 7)
+        people += _reflectance_per_object(points, *pedestrians)
         counts.append(len(points))
         xyz = points[:, :3]
         ranges.append(np.linalg.norm(xyz, axis=1))
@@ -146,7 +162,17 @@ def scan_statistics(frames):
                 car_yaw_quantiles=(np.percentile(yaws, YAW_QUANTILES) if len(yaws)
                                    else np.full(len(YAW_QUANTILES), np.nan)),
                 clutter_behind_cars=float(clutter[0] / clutter[1]) if clutter[1] else float('nan'),
-                car_far_end_gap=float(np.median(far_gaps)) if len(far_gaps) else float('nan'))
+                car_far_end_gap=float(np.median(far_gaps)) if len(far_gaps) else float('nan'),
+                pedestrian_reflectance=float(np.median(people)) if people else float('nan'))
+
+
+def _reflectance_per_object(points, boxes=None, min_points=10):
+    """Median reflectance of each box's points, for the boxes with at least ``min_points`` points."""
+    boxes = np.zeros((0, 7), np.float32) if boxes is None else np.asarray(boxes, dtype=np.float32).reshape(-1, 7)
+    if not len(boxes):
+        return []
+    inside = points_in_boxes(torch.from_numpy(points), torch.from_numpy(boxes)).numpy()
+    return [float(np.median(points[inside == j, 3])) for j in range(len(boxes)) if (inside == j).sum() >= min_points]
 
 
 def format_statistics(rows):
@@ -173,9 +199,9 @@ def format_statistics(rows):
         ['/'.join(f'{q:.1f}' for q in s['car_yaw_quantiles']) for _, s in rows])
     add('points 0-3 m behind cars / on them', [f"{s['clutter_behind_cars']:.3f}" for _, s in rows])
     add('car seen short of its far end, m', [f"{s['car_far_end_gap']:.2f}" for _, s in rows])
+    add('median reflectance on pedestrians', [f"{s['pedestrian_reflectance']:.2f}" for _, s in rows])
     return '\n'.join(lines)
 
 
-__all__ = ['scan_statistics', 'format_statistics', 'above_ground_share', 'clutter_behind_cars', 'car_far_end_gaps',
-           'RANGE_BANDS',
-           'ELEVATION_BANDS', 'CAR_DISTANCE_BANDS', 'QUANTILES', 'YAW_QUANTILES']
+__all__ = ['scan_statistics', 'labelled_frames', 'format_statistics', 'above_ground_share', 'clutter_behind_cars',
+           'car_far_end_gaps', 'RANGE_BANDS', 'ELEVATION_BANDS', 'CAR_DISTANCE_BANDS', 'QUANTILES', 'YAW_QUANTILES']

@@ -1,8 +1,10 @@
 """fsdlite.datasets.sim.statistics on hand-made frames (the real-against-simulated comparison: test_realism.py)."""
 import numpy as np
+import pytest
+import torch
 
 from fsdlite.datasets.sim.statistics import (YAW_QUANTILES, car_far_end_gaps, clutter_behind_cars, format_statistics,
-                                             scan_statistics)
+                                             labelled_frames, scan_statistics)
 
 
 def test_car_yaw_is_folded_against_the_sensor_heading():
@@ -53,3 +55,43 @@ def test_far_end_gap_is_measured_from_the_end_away_from_the_sensor():
     crossing = car.copy()
     crossing[6] = np.pi / 2  # seen from its side: not counted
     assert len(car_far_end_gaps(points, crossing[None])) == 0
+
+
+def test_pedestrian_reflectance_is_the_median_of_per_person_medians():
+    person = np.array([8.0, 0.0, -1.7, 0.6, 0.6, 1.7, 0.0])
+    rng = np.random.default_rng(0)
+
+    def body(x, reading, n):  # n points inside a pedestrian box at (x, 0) reading ``reading``
+        xyz = np.stack([x + rng.uniform(-0.2, 0.2, n), rng.uniform(-0.2, 0.2, n), rng.uniform(-1.5, 0.0, n)], 1)
+        return np.concatenate([xyz, np.full((n, 1), reading)], 1)
+
+    people = np.stack([person, person + [4, 0, 0, 0, 0, 0, 0], person + [8, 0, 0, 0, 0, 0, 0]])
+    points = np.concatenate([body(8.0, 0.3, 20), body(12.0, 0.5, 20), body(16.0, 0.9, 5)]).astype(np.float32)
+    no_cars = np.zeros((0, 7), np.float32)
+    stats = scan_statistics([(points, no_cars, people), (points, no_cars)])
+    assert stats['pedestrian_reflectance'] == pytest.approx(0.4)  # the third has under 10 points
+    assert 'median reflectance on pedestrians' in format_statistics([('hand-made', stats)])
+    assert np.isnan(scan_statistics([(points, no_cars)])['pedestrian_reflectance'])
+
+
+class _Frames:
+    metainfo = dict(classes=('Car', 'Pedestrian', 'Cyclist'))
+
+    def __len__(self):
+        return 2
+
+    def raw_results(self, i):
+        boxes = torch.arange(21, dtype=torch.float32).view(3, 7) + i
+        return dict(points=torch.zeros(4, 4), gt_bboxes_3d=boxes, gt_labels_3d=torch.tensor([1, 0, 2]))
+
+
+def test_labelled_frames_split_cars_and_pedestrians():
+    frames = list(labelled_frames(_Frames()))
+    assert len(frames) == 2 and len(list(labelled_frames(_Frames(), 1))) == 1
+    points, cars, people = frames[1]
+    np.testing.assert_array_equal(cars, np.arange(7, 14)[None] + 1)
+    np.testing.assert_array_equal(people, np.arange(7)[None] + 1)
+    wrong = _Frames()
+    wrong.metainfo = dict(classes=('Pedestrian', 'Car'))
+    with pytest.raises(ValueError, match="classes must begin with"):
+        next(labelled_frames(wrong))
