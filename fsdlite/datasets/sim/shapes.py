@@ -65,7 +65,7 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     hl, hw = 0.5 * length, 0.5 * width
     # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view (16 planes).
     # The corners are tight: on real scans the side seen from behind a car runs to the far end of its box
-    # (statistics.car_extent_gaps)
+    # (statistics.car_far_end_gaps)
     ex, ey, ez = np.eye(3)
     body = [_plane_through(ex, [hl, 0, 0], rot, to_world), _plane_through(-ex, [-hl, 0, 0], rot, to_world),
             _plane_through(ey, [0, hw, 0], rot, to_world), _plane_through(-ey, [0, -hw, 0], rot, to_world),

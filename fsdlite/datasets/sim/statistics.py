@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from fsdlite.ops import points_in_boxes, points_in_boxes_all
-from fsdlite.structures.boxes import bev_corners
+from fsdlite.structures.boxes import bev_corners, rotate_points
 
 RANGE_BANDS = (0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 ELEVATION_BANDS = (-25.0, -15.0, -8.6, -4.0, 0.0, 4.0)  # degrees: below the camera, lower block, upper block
@@ -74,20 +74,16 @@ def car_far_end_gaps(points, boxes, max_range=20.0, min_points=30):
     sensor. Rounded bumpers, glass and the sampling of a side seen at a glancing angle make it large; on real scans
     the side is seen to the far end of the box. Returns a (K,) array in metres.
     """
-    xyz = np.asarray(points, dtype=np.float64)[:, :3]
+    xyz = torch.from_numpy(np.asarray(points, dtype=np.float64)[:, :3].copy())
     gaps = []
-    for box in np.asarray(boxes, dtype=np.float64).reshape(-1, 7):
-        cos, sin = np.cos(box[6]), np.sin(box[6])
-        rel = xyz - box[:3]
-        along, across = cos * rel[:, 0] + sin * rel[:, 1], -sin * rel[:, 0] + cos * rel[:, 1]
-        on = ((np.abs(along) < 0.5 * box[3] + 0.05) & (np.abs(across) < 0.5 * box[4] + 0.3) & (rel[:, 2] > 0.1)
-              & (rel[:, 2] < box[5]))
-        sensor_along = -(cos * box[0] + sin * box[1])  # the sensor in the car's frame
-        sensor_across = sin * box[0] - cos * box[1]
-        if (np.hypot(box[0], box[1]) > max_range or on.sum() < min_points
-                or abs(sensor_along) < 0.5 * np.hypot(sensor_along, sensor_across)):
+    for box in torch.from_numpy(np.asarray(boxes, dtype=np.float64).reshape(-1, 7)):
+        local = rotate_points(torch.cat([xyz, xyz.new_zeros(1, 3)]) - box[:3], -float(box[6]))  # car frame
+        (along, across, height), sensor = local[:-1].T, local[-1, :2]  # last row: the sensor
+        on = ((along.abs() < 0.5 * box[3] + 0.05) & (across.abs() < 0.5 * box[4] + 0.3) & (height > 0.1)
+              & (height < box[5]))
+        if box[:2].norm() > max_range or on.sum() < min_points or sensor[0].abs() < 0.5 * sensor.norm():
             continue
-        gaps.append(0.5 * box[3] - np.max(-np.sign(sensor_along) * along[on]))
+        gaps.append(float(0.5 * box[3] - (-torch.sign(sensor[0]) * along[on]).max()))
     return np.array(gaps, dtype=np.float64)
 
 
@@ -115,8 +111,8 @@ def scan_statistics(frames):
         (len(RANGE_BANDS) - 1,), ``above_ground`` (mean share per frame), ``reflectance_quantiles`` (QUANTILES),
         ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars),
         ``car_reflectance_median``, ``car_yaw_quantiles`` (YAW_QUANTILES of the cars' |yaw| in degrees, a box
-        and its 180-degree turn being one; NaN without cars) and ``clutter_behind_cars`` (pooled
-        :func:`clutter_behind_cars`: points behind per point on the cars; NaN without cars) and
+        and its 180-degree turn being one; NaN without cars), ``clutter_behind_cars`` (pooled
+        :func:`clutter_behind_cars`: points behind per point on the cars; NaN without cars),
         ``car_far_end_gap`` (median of :func:`car_far_end_gaps`, m; NaN without such cars) and
         ``pedestrian_reflectance`` (median over the pedestrians with >= 10 points of their median reflectance; NaN
         without).

@@ -121,7 +121,8 @@ def draw_road(rng, kind, sensor_height):
     ego_lane = int(rng.integers(0, lanes_r))
     ego_q = -(ego_lane + 0.5) * lane + rng.normal(0, 0.25)
     walk = (1.2, 3.5) if kind != 'road' else (0.0, 2.0)
-    road = Road(kind=kind, yaw=float(rng.normal(0, ROAD_YAW_SIGMA)), grade=float(np.clip(rng.normal(0.008, 0.015), -0.05, 0.06)),
+    road = Road(kind=kind, yaw=float(rng.normal(0, ROAD_YAW_SIGMA)),
+                grade=float(np.clip(rng.normal(0.008, 0.015), -0.05, 0.06)),
                 cross=float(np.clip(rng.normal(0, 0.02), -0.05, 0.05)),
                 ego_q=ego_q, height=sensor_height, lanes_right=lanes_r, lanes_left=lanes_l, lane_width=lane,
                 parking_right=parking_r, parking_left=parking_l, curb=rng.uniform(0.08, 0.16),
