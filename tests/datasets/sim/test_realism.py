@@ -81,7 +81,7 @@ def test_clutter_just_behind_cars(statistics):
 
 def test_cars_seen_to_their_far_end(statistics):
     """Seen from behind, a real car's side runs to the far end of its box: a simulator whose cars round their
-    corners wide teaches a detector to stretch real boxes away from the sensor."""
+    corners wide shows a detector less of each car than a real scan does."""
     real, sim = statistics
     assert abs(sim['car_far_end_gap'] - real['car_far_end_gap']) < TOLERANCE['car_far_end_gap'], \
         (sim['car_far_end_gap'], real['car_far_end_gap'])
