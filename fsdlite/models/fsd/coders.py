@@ -9,6 +9,10 @@
   ``yaw_period=pi`` codes only the orientation (a box and its 180-degree turn are the same
   target), which is what lidar can observe of front/back-symmetric objects and all that BEV / 3D
   IoU measure.
+  With ``sensor_frame=True`` the centre offset ``(x - r_x, y - r_y)`` is coded along and across the line of
+  sight from the sensor (the origin) to ``r`` instead of along the lidar axes: what the points show of an object
+  is set by the direction it is seen from, so "the centre lies 0.9 m behind the visible surface" is one target
+  wherever the object stands, where lidar axes make it a different (x, y) for every bearing.
 """
 import math
 
@@ -36,12 +40,15 @@ class PointBoxCoder:
             head cannot produce overflowing (inf) sizes.
         yaw_period (float): ``2 pi`` (heading) or ``pi`` (orientation only); decoded yaw lies in
             ``(-yaw_period / 2, yaw_period / 2]``.
+        sensor_frame (bool): code the BEV centre offset along / across the sensor's line of sight to the
+            reference point (module docstring).
     """
 
     code_size = 8
 
-    def __init__(self, max_log_dim=4.0, yaw_period=2 * math.pi):
+    def __init__(self, max_log_dim=4.0, yaw_period=2 * math.pi, sensor_frame=False):
         self.max_log_dim = float(max_log_dim)
+        self.sensor_frame = bool(sensor_frame)
         if not any(math.isclose(float(yaw_period), p) for p in (math.pi, 2 * math.pi)):
             raise ValueError(f'PointBoxCoder: yaw_period must be pi or 2 pi, got {yaw_period!r}')
         self.yaw_scale = 2 * math.pi / float(yaw_period)
@@ -56,14 +63,34 @@ class PointBoxCoder:
             raise ValueError(f'PointBoxCoder.encode: box dimensions (l, w, h) must be > 0, got min {float(dims.min())}')
         centre = torch.cat([boxes[..., :2], boxes[..., 2:3] + 0.5 * boxes[..., 5:6]], dim=-1)
         angle = boxes[..., 6:7] * self.yaw_scale
-        return torch.cat([centre - ref_xyz, dims.log(), angle.sin(), angle.cos()], dim=-1)
+        return torch.cat([self._to_code_frame(centre - ref_xyz, ref_xyz), dims.log(), angle.sin(), angle.cos()],
+                         dim=-1)
+
+    def _bearing(self, ref_xyz):
+        """(cos, sin) (..., 1) each of the bearing from the sensor to the reference points."""
+        r = ref_xyz[..., :2].norm(dim=-1, keepdim=True).clamp(min=1e-3)
+        return ref_xyz[..., 0:1] / r, ref_xyz[..., 1:2] / r
+
+    def _to_code_frame(self, offset, ref_xyz):
+        if not self.sensor_frame:
+            return offset
+        c, s = self._bearing(ref_xyz)
+        return torch.cat([offset[..., 0:1] * c + offset[..., 1:2] * s, offset[..., 1:2] * c - offset[..., 0:1] * s,
+                          offset[..., 2:3]], dim=-1)
+
+    def _from_code_frame(self, code, ref_xyz):
+        if not self.sensor_frame:
+            return code
+        c, s = self._bearing(ref_xyz)
+        return torch.cat([code[..., 0:1] * c - code[..., 1:2] * s, code[..., 0:1] * s + code[..., 1:2] * c,
+                          code[..., 2:3]], dim=-1)
 
     def decode(self, codes, ref_xyz):
         """Decode codes (..., 8) relative to ``ref_xyz`` (..., 3) into boxes (..., 7) with bottom-centre z."""
         if codes.shape[-1] != self.code_size or codes.shape[:-1] != ref_xyz.shape[:-1]:
             raise ValueError(f'PointBoxCoder.decode: codes must be (..., 8) and ref_xyz (..., 3) with matching '
                              f'leading shapes, got {tuple(codes.shape)} and {tuple(ref_xyz.shape)}')
-        centre = codes[..., :3] + ref_xyz
+        centre = self._from_code_frame(codes[..., :3], ref_xyz) + ref_xyz
         dims = codes[..., 3:6].clamp(max=self.max_log_dim).exp()
         yaw = torch.atan2(codes[..., 6:7], codes[..., 7:8]) / self.yaw_scale
         bottom = centre[..., 2:3] - 0.5 * dims[..., 2:3]

@@ -83,3 +83,20 @@ def test_box_coder_orientation_only():
     assert decoded[0, 6] == pytest.approx(2.0 - math.pi, abs=1e-5)  # folded into (-pi/2, pi/2]
     with pytest.raises(ValueError, match='yaw_period'):
         PointBoxCoder(yaw_period=1.0)
+
+
+def test_sensor_frame_codes_the_offset_along_the_line_of_sight():
+    """A centre 1 m further from the sensor than the reference codes as (1, 0) at any bearing; decoding inverts."""
+    coder = PointBoxCoder(yaw_period=math.pi, sensor_frame=True)
+    plain = PointBoxCoder(yaw_period=math.pi)
+    for bearing in (0.0, 0.8, 2.5, -1.9):
+        ref = torch.tensor([[10 * math.cos(bearing), 10 * math.sin(bearing), -1.0]])
+        box = torch.tensor([[11 * math.cos(bearing), 11 * math.sin(bearing), -1.7, 4.0, 1.7, 1.5, 0.3]])
+        code = coder.encode(box, ref)
+        assert torch.allclose(code[0, :3], torch.tensor([1.0, 0.0, 0.05]), atol=1e-5)
+        assert torch.allclose(code[0, 3:], plain.encode(box, ref)[0, 3:])
+        assert torch.allclose(coder.decode(code, ref), box, atol=1e-5)
+    # across the line of sight: to the left of the sensor's view is +
+    ref = torch.tensor([[0.0, 10.0, 0.0]])
+    box = torch.tensor([[-0.5, 10.0, -0.5, 4.0, 1.7, 1.0, 0.0]])
+    assert torch.allclose(coder.encode(box, ref)[0, :3], torch.tensor([0.0, 0.5, 0.0]), atol=1e-6)
