@@ -12,7 +12,9 @@ model = dict(
              xyz_normalizer=(20.0, 20.0, 4.0)),
     bbox_head=dict(
         type='ClusterHead', shared_channels=(256, 256), class_given=True,
-        # orientation only (yaw modulo pi): front and back of a lidar box look alike, and IoU ignores it
+        # orientation only (yaw modulo pi): front and back of a lidar box look alike, and IoU ignores it; the centre
+        # offset along / across the line of sight, since a cluster's mean voted centre falls short of the box centre
+        # on the side that faces the sensor
         box_coder=dict(type='PointBoxCoder', yaw_period=3.141592653589793, sensor_frame=True),
         loss_cls=dict(type='SigmoidFocalLoss', gamma=2.0, alpha=0.25, loss_weight=1.0),
         loss_bbox=dict(type='L1Loss', loss_weight=1.0), assign_margin=(0.5, 0.5),

@@ -12,7 +12,7 @@ model = dict(
                decoder_channels=((64, 64, 64), (64, 64, 32), (32, 32, 64))),
     bbox_head=dict(
         type='ClusterHead', shared_channels=(128, 128), class_given=False,
-        box_coder=dict(type='PointBoxCoder', yaw_period=3.141592653589793, sensor_frame=True),
+        box_coder=dict(type='PointBoxCoder', yaw_period=3.141592653589793),
         loss_cls=dict(type='SigmoidFocalLoss', gamma=2.0, alpha=0.25, loss_weight=1.0),
         loss_bbox=dict(type='L1Loss', loss_weight=1.0), assign_margin=(0.25, 0.5),
         test_cfg=dict(score_thr=0.1, nms_iou_thr=0.25, pre_max=4096, post_max=100)))
