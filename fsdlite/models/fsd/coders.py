@@ -63,34 +63,25 @@ class PointBoxCoder:
             raise ValueError(f'PointBoxCoder.encode: box dimensions (l, w, h) must be > 0, got min {float(dims.min())}')
         centre = torch.cat([boxes[..., :2], boxes[..., 2:3] + 0.5 * boxes[..., 5:6]], dim=-1)
         angle = boxes[..., 6:7] * self.yaw_scale
-        return torch.cat([self._to_code_frame(centre - ref_xyz, ref_xyz), dims.log(), angle.sin(), angle.cos()],
+        return torch.cat([self._turn(centre - ref_xyz, ref_xyz, -1), dims.log(), angle.sin(), angle.cos()],
                          dim=-1)
 
-    def _bearing(self, ref_xyz):
-        """(cos, sin) (..., 1) each of the bearing from the sensor to the reference points."""
-        r = ref_xyz[..., :2].norm(dim=-1, keepdim=True).clamp(min=1e-3)
-        return ref_xyz[..., 0:1] / r, ref_xyz[..., 1:2] / r
-
-    def _to_code_frame(self, offset, ref_xyz):
+    def _turn(self, offset, ref_xyz, sign):
+        """Offsets (..., 3) turned about z by ``sign`` times the bearing from the sensor to ``ref_xyz`` (..., 3):
+        -1 takes lidar axes to the line-of-sight frame, +1 back; unchanged without ``sensor_frame``."""
         if not self.sensor_frame:
             return offset
-        c, s = self._bearing(ref_xyz)
-        return torch.cat([offset[..., 0:1] * c + offset[..., 1:2] * s, offset[..., 1:2] * c - offset[..., 0:1] * s,
+        r = ref_xyz[..., :2].norm(dim=-1, keepdim=True).clamp(min=1e-3)
+        c, s = ref_xyz[..., 0:1] / r, sign * ref_xyz[..., 1:2] / r
+        return torch.cat([offset[..., 0:1] * c - offset[..., 1:2] * s, offset[..., 0:1] * s + offset[..., 1:2] * c,
                           offset[..., 2:3]], dim=-1)
-
-    def _from_code_frame(self, code, ref_xyz):
-        if not self.sensor_frame:
-            return code
-        c, s = self._bearing(ref_xyz)
-        return torch.cat([code[..., 0:1] * c - code[..., 1:2] * s, code[..., 0:1] * s + code[..., 1:2] * c,
-                          code[..., 2:3]], dim=-1)
 
     def decode(self, codes, ref_xyz):
         """Decode codes (..., 8) relative to ``ref_xyz`` (..., 3) into boxes (..., 7) with bottom-centre z."""
         if codes.shape[-1] != self.code_size or codes.shape[:-1] != ref_xyz.shape[:-1]:
             raise ValueError(f'PointBoxCoder.decode: codes must be (..., 8) and ref_xyz (..., 3) with matching '
                              f'leading shapes, got {tuple(codes.shape)} and {tuple(ref_xyz.shape)}')
-        centre = self._from_code_frame(codes[..., :3], ref_xyz) + ref_xyz
+        centre = self._turn(codes[..., :3], ref_xyz, 1) + ref_xyz
         dims = codes[..., 3:6].clamp(max=self.max_log_dim).exp()
         yaw = torch.atan2(codes[..., 6:7], codes[..., 7:8]) / self.yaw_scale
         bottom = centre[..., 2:3] - 0.5 * dims[..., 2:3]
