@@ -65,14 +65,15 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     hl, hw = 0.5 * length, 0.5 * width
     # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view (16 planes).
     # The corners are tight: on real scans the side seen from behind a car runs to the far end of its box
-    # (statistics.car_far_end_gaps)
+    # (statistics.car_far_end_gaps), and a rounded far corner faces away from a sensor that sees the side at
+    # under 30 deg, so its radius is what the side falls short of the end
     ex, ey, ez = np.eye(3)
     body = [_plane_through(ex, [hl, 0, 0], rot, to_world), _plane_through(-ex, [-hl, 0, 0], rot, to_world),
             _plane_through(ey, [0, hw, 0], rot, to_world), _plane_through(-ey, [0, -hw, 0], rot, to_world),
             _plane_through(ez, [0, 0, belt], rot, to_world), _plane_through(-ez, [0, 0, clearance], rot, to_world),
             _chamfer(ex, ez * 2.2, [hl, 0, belt], rng.uniform(0.12, 0.2), rot, to_world),
             _chamfer(-ex, ez * 1.5, [-hl, 0, belt], rng.uniform(0.08, 0.15), rot, to_world)]
-    radius = rng.uniform(0.02, 0.12)  # two tangent planes per corner
+    radius = rng.uniform(0.01, 0.04)  # two tangent planes per corner
     for sx in (1, -1):
         for sy in (1, -1):
             centre = np.array([sx * (hl - radius), sy * (hw - radius), 0.0])
