@@ -5,7 +5,8 @@ Both run the sparse segmentor (VFE -> sparse UNet -> voxel-to-point neck) with a
 turn them into *instances* (clusters for FSD-lite, virtual voxels for FSDv2-lite; subclasses
 implement :meth:`instances`) and predict one box per instance with a
 :class:`~fsdlite.models.fsd.ClusterHead`.  Everything between the data preprocessor and the
-per-sample outputs is tensor code over sample/segment ids (no Python loop over samples).
+per-sample outputs is tensor code over sample/segment ids (no Python loop over samples).  An optional
+:class:`~fsdlite.models.fsd.box_refiner.BoxRefiner` re-estimates the selected boxes before NMS.
 """
 from typing import NamedTuple, Optional
 
@@ -15,7 +16,7 @@ from ...registry import TASK_UTILS
 from ...structures import Det3DDataSample, InstanceData
 from ...structures.padded import valid_mask
 from ..layers.builder import build_module
-from ..layers.execution import execution_mode
+from ..layers.execution import execution_mode, gather
 from ..lidar.sparse_segmentor import SparseSegmentor
 from .gt import collect_gt
 from .static import StaticDetectorMixin
@@ -64,6 +65,9 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         bbox_head (dict): a ``ClusterHead`` config; ``in_channels`` and ``num_classes`` come from the model.
         data_preprocessor (dict): e.g. ``LidarDataPreprocessor``.
         voxel_size, point_range: the segmentor's voxel grid, shared by every part (see SparseSegmentor).
+        refiner (dict, optional): a ``BoxRefiner`` config (``point_channels`` and ``num_classes`` come from the
+            model): the boxes above the score threshold are re-estimated from the foreground points around them
+            before NMS.
         bounds (dict): the bounds of the fixed-shape forward (:meth:`bound_schema`, :mod:`.static`), needed to run or
             export it (``fsdlite.deploy``); the model itself always runs the dynamic path.  Subclasses call
             ``_init_static`` last.
@@ -71,14 +75,15 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
     ``forward`` modes (SparseSegmentor's dispatch): 'loss' -> dict of losses and logged counts;
     'predict' -> data samples with ``pred_instances_3d`` (``bboxes_3d`` (D_i, 7), ``scores_3d`` (D_i,),
     ``labels_3d`` (D_i,)); 'tensor' -> dict of raw outputs (seg outputs, ``cls_logits`` (K, C),
-    ``box_codes`` (K, C, 8), ``instance_xyz`` / ``instance_batch`` / ``instance_labels``).
+    ``box_codes`` (K, C, 8), ``instance_xyz`` / ``instance_batch`` / ``instance_labels``; with a refiner
+    ``refined_boxes`` (K, 7), every instance's box refined).
 
     ``runtime_info`` (``fg_mode`` 'threshold' | 'topk', ``threshold_offset``) is set by
     :class:`~fsdlite.engine.fsd_hooks.FSDWarmupHook` during training; prediction always thresholds.
     """
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head, data_preprocessor=None,
-                 voxel_size=None, point_range=None, init_cfg=None):
+                 voxel_size=None, point_range=None, refiner=None, init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, data_preprocessor=data_preprocessor,
                          voxel_size=voxel_size, point_range=point_range, init_cfg=init_cfg)
         if not hasattr(self.seg_head, 'vote_layer'):
@@ -88,6 +93,8 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         self.fg_sampler = build_task_util('fg_sampler', fg_sampler, num_classes=self.num_classes,
                                           point_range=self.point_range)
         self._bbox_head_cfg = bbox_head
+        self.refiner = None if refiner is None else build_module(
+            refiner, point_channels=self.voxel_encoder.in_channels, num_classes=self.num_classes)
         self.runtime_info = dict(fg_mode='threshold', threshold_offset=0.0)
 
     def build_bbox_head(self, in_channels):
@@ -138,9 +145,14 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
     def _head_outputs(self, inputs):
         if inputs['voxel_coors'].shape[0] == 0:
             return None
-        seg_outputs, inst, cls_logits, box_codes = self._forward_instances(inputs, self.training)
-        return dict(seg_outputs, cls_logits=cls_logits, box_codes=box_codes, instance_xyz=inst.xyz,
-                    instance_batch=inst.batch, instance_labels=inst.labels)
+        seg_outputs, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, self.training, return_fg=True)
+        out = dict(seg_outputs, cls_logits=cls_logits, box_codes=box_codes, instance_xyz=inst.xyz,
+                   instance_batch=inst.batch, instance_labels=inst.labels)
+        if self.refiner is not None:  # every instance's box, refined
+            boxes, scores, labels = self.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)
+            decoded = dict(boxes=boxes, scores=scores, labels=labels, batch=inst.batch)
+            out['refined_boxes'] = self.refine(inputs, seg_outputs, fg, decoded)['boxes']
+        return out
 
     def loss(self, inputs, data_samples):
         """Segmentation, vote, classification and box losses; counts (fg points, instances, positives) are logged."""
@@ -151,10 +163,15 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         if inputs['voxel_coors'].shape[0] == 0:
             zero = sum(p.sum() for p in self.parameters()) * 0.0
             return dict(loss_seg=zero, loss_vote=zero, loss_cls=zero, loss_bbox=zero)
-        seg_outputs, inst, cls_logits, box_codes = self._forward_instances(inputs, True)
+        seg_outputs, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, True, return_fg=True)
         targets = self.seg_head.get_targets(points=inputs['points'], batch=inputs['batch'], gt=gt)
         losses = self.seg_head.loss(seg_outputs, targets)
         losses.update(self.bbox_head.loss(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, gt))
+        if self.refiner is not None:  # trained on the first stage's boxes (no gradient into it) and noisy truth
+            boxes, _, labels = self.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)
+            probs = seg_outputs['seg_logits'].detach().sigmoid().index_select(0, fg.point_index)
+            losses.update(self.refiner.loss(inputs['points'].index_select(0, fg.point_index), probs, fg.batch,
+                                            boxes.detach(), inst.batch, labels, gt))
         losses.update({k: torch.as_tensor(float(v), device=device) for k, v in inst.stats.items()})
         return losses
 
@@ -164,10 +181,31 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         boxes, scores = torch.zeros(0, 7, device=device), torch.zeros(0, device=device)
         labels = batch = torch.zeros(0, dtype=torch.int64, device=device)
         if inputs['voxel_coors'].shape[0]:
-            _, inst, cls_logits, box_codes = self._forward_instances(inputs, False)
-            boxes, scores, labels, batch = self.bbox_head.predict(cls_logits, box_codes, inst.xyz, inst.batch,
-                                                                  inst.labels)
+            seg_outputs, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
+            sel = self.refine(inputs, seg_outputs, fg, self.bbox_head.select(cls_logits, box_codes, inst.xyz,
+                                                                             inst.batch, inst.labels))
+            keep = self.bbox_head.nms(sel['boxes'], sel['scores'], sel['labels'], sel['batch'])
+            boxes, scores, labels, batch = (sel[k].index_select(0, keep)
+                                            for k in ('boxes', 'scores', 'labels', 'batch'))
         return self.to_samples(boxes, scores, labels, batch, inputs['batch_size'], data_samples)
+
+    def refine(self, inputs, seg_outputs, fg, selected):
+        """The selected boxes (``ClusterHead.select``'s dict) with ``boxes`` moved by the refiner, if the model has
+        one, from the foreground points ``fg`` around them (before NMS, in either execution mode; the fixed mode's
+        padding rows stay padding)."""
+        if self.refiner is None:
+            return selected
+        points, probs = (gather(t, fg.point_index) for t in (inputs['points'], seg_outputs['seg_logits'].sigmoid()))
+        valid = {}
+        if execution_mode() == 'fixed':
+            rows, num_boxes = fg.point_index.shape[0], selected['boxes'].shape[0]
+            valid = dict(point_valid=torch.arange(rows, device=points.device) < fg.num_valid,
+                         box_valid=torch.arange(num_boxes, device=points.device) < selected['num_boxes'])
+        boxes = self.refiner.refine(points, probs, fg.batch, selected['boxes'], selected['batch'], selected['labels'],
+                                    **valid)
+        if valid:
+            boxes = torch.where(valid['box_valid'][:, None], boxes, selected['boxes'])
+        return dict(selected, boxes=boxes)
 
     @staticmethod
     def to_samples(boxes, scores, labels, batch, batch_size, data_samples=None):

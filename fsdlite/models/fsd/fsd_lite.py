@@ -1,8 +1,9 @@
-"""FSD-lite: FSD v1's fully sparse chain without its RCNN stage.
+"""FSD-lite: FSD v1's fully sparse chain with a light second stage in place of its RCNN.
 
 segmentor (VFE -> SparseUNet -> neck) -> VoteSegHead -> foreground sampling -> grouping of voted
 centres (class-wise voxels + connected components) -> SIR over each cluster's points ->
-ClusterHead (one box per cluster, relative to the cluster's mean voted centre) -> rotated BEV NMS.
+ClusterHead (one box per cluster, relative to the cluster's mean voted centre) -> optional BoxRefiner (each
+box re-estimated from the points around it) -> rotated BEV NMS.
 """
 import torch
 
@@ -32,10 +33,10 @@ class FSDLite(SparseDetectorBase):
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, cluster_assigner, sir, bbox_head,
                  data_preprocessor=None, voxel_size=None, point_range=None, bounds=None,
-                 init_cfg=None):
+                 refiner=None, init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
                          data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
-                         init_cfg=init_cfg)
+                         refiner=refiner, init_cfg=init_cfg)
         self.cluster_assigner = build_task_util('cluster_assigner', cluster_assigner, num_classes=self.num_classes,
                                                 point_range=self.point_range)
         sir_in = self.neck.out_channels + self.voxel_encoder.in_channels - 3 + 3

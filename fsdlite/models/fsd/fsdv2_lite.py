@@ -66,10 +66,10 @@ class FSDv2Lite(SparseDetectorBase):
 
     def __init__(self, voxel_encoder, backbone, neck, seg_head, fg_sampler, virtual_encoder, virtual_vfe, mixer,
                  bbox_head, data_preprocessor=None, voxel_size=None, point_range=None, bounds=None,
-                 init_cfg=None):
+                 refiner=None, init_cfg=None):
         super().__init__(voxel_encoder, backbone, neck, seg_head, fg_sampler, bbox_head,
                          data_preprocessor=data_preprocessor, voxel_size=voxel_size, point_range=point_range,
-                         init_cfg=init_cfg)
+                         refiner=refiner, init_cfg=init_cfg)
         raw = self.voxel_encoder.in_channels - 3
         self.virtual_encoder = build_module(virtual_encoder, in_channels=self.neck.out_channels,
                                             num_classes=self.num_classes, raw_channels=raw)

@@ -92,8 +92,9 @@ class StaticDetectorMixin:
                       voxel_coors=voxel_coors, batch_size=batch_size, kernel_maps=maps, strict=strict)
         with fixed_shapes():
             seg, inst, cls_logits, box_codes, fg = self._forward_instances(inputs, False, return_fg=True)
-            sel = self.bbox_head.select(cls_logits, box_codes, inst.xyz, inst.batch, inst.labels, valid=inst.valid,
-                                        max_boxes=self.bounds['max_boxes'], strict=strict)
+            sel = self.refine(inputs, seg, fg, self.bbox_head.select(cls_logits, box_codes, inst.xyz, inst.batch,
+                                                                 inst.labels, valid=inst.valid,
+                                                                 max_boxes=self.bounds['max_boxes'], strict=strict))
         dropped = torch.cat([fg.dropped.to(sel['dropped']), inst.dropped.to(sel['dropped']), sel['dropped'].view(1)])
         return dict(boxes=sel['boxes'], scores=sel['scores'], labels=sel['labels'], batch=sel['batch'],
                     num_boxes=sel['num_boxes'], dropped=dropped, seg_logits=seg['seg_logits'], cls_logits=cls_logits,

@@ -20,11 +20,19 @@ NUSCENES_RANGE = [-24.0, -24.0, -4.0, 24.0, 24.0, 2.0]
 TALL_CELLS = ((0.3, 0.3, 6.0), (0.1, 0.1, 6.0), (0.2, 0.2, 6.0))
 
 
+# FSD-lite with a box refiner that sees at most 16 points per box (the cap binds: the fixed run must pick the
+# same points)
+REFINER = dict(type='BoxRefiner', sir=dict(block_channels=((16, 16),), rel_channels=(8,)), shared_channels=(16,),
+               max_points=16)
+
+
 def model_cfg(kit, name, point_range):
-    cfg = getattr(kit, f'{name}_config')()
+    cfg = getattr(kit, f'{name.replace("_refined", "")}_config')()
     cfg['point_range'] = list(point_range)
-    if name == 'fsd':
+    if name.startswith('fsd') and not name.startswith('fsdv2'):
         cfg['cluster_assigner']['cluster_voxel_size'] = TALL_CELLS  # one z layer (the configs' choice)
+    if name.endswith('_refined'):
+        cfg['refiner'] = REFINER
     return cfg
 
 
@@ -32,6 +40,8 @@ def dynamic_model(kit, name, point_range, seed=0):
     """Random weights and random BatchNorm statistics, float64, eval."""
     torch.manual_seed(seed)
     model = kit.randomize_bn(MODELS.build(model_cfg(kit, name, point_range)), seed)
+    if model.refiner is not None:  # it starts as the identity: give it residuals to compare
+        torch.nn.init.normal_(model.refiner.reg.weight, std=0.1)
     return model.double().eval()
 
 
@@ -88,7 +98,7 @@ def assert_same(dynamic, static, inputs):
     return raw_s
 
 
-@pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
+@pytest.mark.parametrize('name', ['fsd', 'fsdv2', 'fsd_refined'])
 @pytest.mark.parametrize('frame', ['kitti', 'nuscenes', 'synthetic'])
 def test_static_equals_dynamic(kit, shared_data, name, frame):
     point_range = dict(kitti=KITTI_RANGE, nuscenes=NUSCENES_RANGE, synthetic=kit.RANGE)[frame]
@@ -100,7 +110,7 @@ def test_static_equals_dynamic(kit, shared_data, name, frame):
     # synthetic: bounds exactly at the needed sizes; real frames: 20 % padding everywhere
     static = static_twin(kit, name, point_range, dynamic, scale_bounds(needed, 1.0 if frame == 'synthetic' else 1.2))
     raw = assert_same(dynamic, static, inputs)
-    if name == 'fsd':  # grouping did link cells: fewer clusters than foreground cells, several iterations
+    if name.startswith('fsd') and not name.startswith('fsdv2'):  # grouping did link cells: fewer clusters than foreground cells, several iterations
         assert needed['max_cc_iters'] >= 2 and int(raw['num_instances']) < int(raw['num_fg_points'])
 
 
@@ -180,7 +190,7 @@ class OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
+@pytest.mark.parametrize('name', ['fsd', 'fsdv2', 'fsd_refined'])
 def test_fixed_shape_forward_has_one_graph_for_any_batch(kit, monkeypatch, name):
     dynamic, inputs, needed = small_case(kit, name)
     static = static_twin(kit, name, kit.RANGE, dynamic, scale_bounds(needed, 1.5)).detector

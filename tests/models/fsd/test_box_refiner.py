@@ -1,0 +1,90 @@
+"""Box refiner: box frame, box-point pairs, residual coding, targets, and that it starts as the identity."""
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fsdlite.models.fsd.box_refiner import BoxRefiner, box_frame, box_point_pairs
+from fsdlite.models.fsd.gt import GtBatch
+
+
+def _refiner(**kwargs):
+    return BoxRefiner(point_channels=4, num_classes=3, **kwargs)
+
+
+def test_box_frame_measures_along_the_heading():
+    box = torch.tensor([[10.0, 5.0, -1.0, 4.0, 2.0, 1.5, math.pi / 2]])  # heading +y; centre z = -0.25
+    xyz = torch.tensor([[10.0, 6.0, -0.25], [9.0, 5.0, 0.25]])
+    local = box_frame(xyz, box.expand(2, 7))
+    torch.testing.assert_close(local, torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.5]]), atol=1e-6, rtol=0)
+
+
+def test_pairs_keep_points_inside_the_grown_box_of_their_own_sample():
+    boxes = torch.tensor([[0.0, 0.0, 0.0, 4.0, 2.0, 1.5, 0.0], [20.0, 0.0, 0.0, 4.0, 2.0, 1.5, 0.0]])
+    xyz = torch.tensor([[1.9, 0.0, 0.7],    # inside box 0
+                        [2.3, 0.0, 0.7],    # in box 0 grown by 0.5
+                        [2.7, 0.0, 0.7],    # outside even grown
+                        [0.0, 0.0, 2.0],    # above box 0 (grown by 0.3 in z only)
+                        [20.0, 0.5, 0.7],   # inside box 1, but of sample 0
+                        [20.0, 0.5, 0.7],   # inside box 1, sample 1
+                        [2.4, 1.4, 0.7]])   # in the corner of box 0 grown (beyond its half-diagonal + 0.5)
+    point_batch = torch.tensor([0, 0, 0, 0, 0, 1, 0])
+    box, point, local = box_point_pairs(xyz, point_batch, boxes, torch.tensor([0, 1]), 0.5, 0.3)
+    assert list(zip(box.tolist(), point.tolist())) == [(0, 0), (0, 1), (0, 6), (1, 5)]
+    torch.testing.assert_close(local[3], torch.tensor([0.0, 0.5, -0.05]), atol=1e-6, rtol=0)
+
+
+def test_pairs_cap_points_per_box_with_a_fixed_subset():
+    boxes = torch.tensor([[0.0, 0.0, 0.0, 4.0, 2.0, 1.5, 0.0]])
+    xyz = torch.rand(200, 3) * torch.tensor([3.0, 1.5, 1.0]) - torch.tensor([1.5, 0.75, -0.2])
+    zeros = torch.zeros(200, dtype=torch.long)
+    full = box_point_pairs(xyz, zeros, boxes, torch.zeros(1, dtype=torch.long), 0.5, 0.3)
+    capped = box_point_pairs(xyz, zeros, boxes, torch.zeros(1, dtype=torch.long), 0.5, 0.3, max_points=50)
+    again = box_point_pairs(xyz, zeros, boxes, torch.zeros(1, dtype=torch.long), 0.5, 0.3, max_points=50)
+    assert full[1].numel() == 200 and capped[1].numel() == 50
+    assert torch.equal(capped[1], again[1]) and len(set(capped[1].tolist())) == 50
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(-0.5, 0.5, allow_nan=False), min_size=7, max_size=7), st.floats(-3.1, 3.1))
+def test_residuals_round_trip(residual, yaw):
+    refiner = _refiner()
+    box = torch.tensor([[12.0, -3.0, -1.5, 3.9, 1.6, 1.5, yaw]], dtype=torch.float64)
+    r = torch.tensor([residual], dtype=torch.float64)
+    moved = refiner.decode(box, r)
+    torch.testing.assert_close(refiner.encode(box, moved), r, atol=1e-9, rtol=0)
+
+
+def test_yaw_residual_is_wrapped_to_the_orientation_period():
+    refiner = _refiner(yaw_period=math.pi)
+    box = torch.tensor([[5.0, 0.0, 0.0, 4.0, 2.0, 1.5, 0.1]])
+    turned = box.clone()
+    turned[0, 6] = 0.1 + math.pi - 0.05
+    assert abs(float(refiner.encode(box, turned)[0, 6]) + 0.05) < 1e-5
+
+
+def test_targets_need_the_same_sample_class_and_enough_overlap():
+    refiner = _refiner(pos_iou=0.3)
+    gt = GtBatch(torch.tensor([[10.0, 0.0, 0.0, 4.0, 2.0, 1.5, 0.0]]), torch.tensor([0]), torch.tensor([0]))
+    boxes = torch.tensor([[10.5, 0.0, 0.0, 4.0, 2.0, 1.5, 0.0]] * 3 + [[14.0, 0.0, 0.0, 4.0, 2.0, 1.5, 0.0]])
+    targets, pos = refiner.get_targets(boxes, torch.tensor([0, 1, 0, 0]), torch.tensor([0, 0, 1, 0]), gt)
+    assert pos.tolist() == [True, False, False, False]  # other sample, other class, IoU 0 (4 m away)
+    torch.testing.assert_close(targets[0], gt.boxes[0])
+
+
+def test_starts_as_the_identity_and_learns_from_jittered_truth():
+    torch.manual_seed(0)
+    refiner = _refiner()
+    points = torch.cat([torch.rand(300, 3) * torch.tensor([4.0, 2.0, 1.5]) + torch.tensor([8.0, -1.0, -1.7]),
+                        torch.rand(300, 1)], dim=1)
+    probs, batch = torch.rand(300, 3), torch.zeros(300, dtype=torch.long)
+    boxes = torch.tensor([[10.0, 0.0, -1.7, 4.0, 2.0, 1.5, 0.0], [30.0, 0.0, -1.7, 4.0, 2.0, 1.5, 0.0]])
+    labels = torch.tensor([0, 0])
+    torch.testing.assert_close(refiner.refine(points, probs, batch, boxes, torch.zeros(2, dtype=torch.long), labels),
+                               boxes)  # the second box has no point around it: unchanged as well
+    gt = GtBatch(boxes[:1], torch.tensor([0]), torch.tensor([0]))
+    losses = refiner.loss(points, probs, batch, boxes[:1] + 0.2, torch.tensor([0]), torch.tensor([0]), gt)
+    assert float(losses['num_refine_pos']) == 1 + refiner.jitter_per_gt
+    losses['loss_refine'].backward()
+    assert refiner.reg.weight.grad.abs().sum() > 0
