@@ -14,7 +14,8 @@ _UNET = {'model.backbone.base_channels': 8, 'model.backbone.encoder_channels': (
          'model.voxel_encoder.feat_channels': (8, 8)}
 _FSD = dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16,),
                                 'model.sir.block_channels': ((16, 16), (16, 16), (16, 16)),
-                                'model.sir.rel_channels': (8,), 'model.bbox_head.shared_channels': (32,)})
+                                'model.sir.rel_channels': (8,), 'model.bbox_head.shared_channels': (32,),
+                                'model.refiner.sir.block_channels': ((16, 16),), 'model.refiner.shared_channels': (16,)})
 FAMILIES = {
     'segmentor': ('configs/segmentation/sparse_segmentor_synthetic.py',
                   dict(_LIDAR, **_UNET, **{'model.seg_head.hidden_channels': (16, 16)})),
