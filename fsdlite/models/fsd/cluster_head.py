@@ -174,13 +174,3 @@ class ClusterHead(BaseModule):
         return dict(boxes=gather_rows(boxes, top.indices), scores=gather_rows(scores, top.indices),
                     labels=gather_rows(labels, top.indices), batch=gather_rows(ref_batch, top.indices),
                     num_boxes=top.num_selected, dropped=dropped)
-
-    def predict(self, cls_logits, box_codes, ref_xyz, ref_batch, ref_class=None):
-        """:meth:`select` and NMS.
-
-        Returns:
-            tuple: ``boxes`` (D, 7), ``scores`` (D,), ``labels`` (D,), ``batch`` (D,) of the kept boxes.
-        """
-        sel = self.select(cls_logits, box_codes, ref_xyz, ref_batch, ref_class)
-        keep = self.nms(sel['boxes'], sel['scores'], sel['labels'], sel['batch'])
-        return tuple(sel[k].index_select(0, keep) for k in ('boxes', 'scores', 'labels', 'batch'))

@@ -90,7 +90,9 @@ def test_predict_threshold_nms_and_samples():
     codes = torch.zeros(4, 3, 8)
     codes[..., 3:6] = math.log(2.0)
     codes[..., 7] = 1.0
-    boxes, scores, labels, out_batch = head.predict(logits, codes, refs, batch)
+    sel = head.select(logits, codes, refs, batch)
+    keep = head.nms(sel['boxes'], sel['scores'], sel['labels'], sel['batch'])
+    boxes, scores, labels, out_batch = (sel[k][keep] for k in ('boxes', 'scores', 'labels', 'batch'))
     # box 1 overlaps box 0 (same sample, same class) -> suppressed; box 2 is in another sample
     assert out_batch.tolist() == [0, 1]
     assert torch.allclose(scores, torch.sigmoid(torch.tensor([2.0, 1.5])))
