@@ -48,8 +48,8 @@ def box_frame(xyz, boxes):
 
 
 def box_point_pairs(xyz, point_batch, boxes, box_batch, enlarge_xy, enlarge_z, max_points=None, chunk=256):
-    """Every (box, point) pair of one sample with the point inside the box grown by ``enlarge_xy`` on each side and
-    ``enlarge_z`` below and above.
+    """Every (box, point) pair of the same sample with the point inside the box grown by ``enlarge_xy`` on each side
+    and ``enlarge_z`` below and above.
 
     Args:
         xyz (Tensor): (N, 3) points; point_batch (Tensor): (N,) their sample ids.
@@ -82,7 +82,6 @@ def box_point_pairs(xyz, point_batch, boxes, box_batch, enlarge_xy, enlarge_z, m
         keep = torch.arange(box.numel(), device=box.device) - first < max_points
         box, point, local = box[keep], point[keep], local[keep]
     return box, point, local
-
 
 
 def _rows(src, index):
