@@ -23,7 +23,7 @@ from fsdlite.ops import boxes_iou_bev
 
 from ...registry import MODELS
 from ...structures import bottom_to_gravity
-from ..layers.execution import execution_mode
+from ..layers.execution import execution_mode, gather
 from ..layers.static_ops import gather_rows, masked_topk
 from .sir import SIR, linear_norm_act
 
@@ -82,10 +82,6 @@ def box_point_pairs(xyz, point_batch, boxes, box_batch, enlarge_xy, enlarge_z, m
         keep = torch.arange(box.numel(), device=box.device) - first < max_points
         box, point, local = box[keep], point[keep], local[keep]
     return box, point, local
-
-
-def _rows(src, index):
-    return src.index_select(0, index)
 
 
 def box_point_slots(xyz, point_batch, point_valid, boxes, box_batch, box_valid, enlarge_xy, enlarge_z, max_points):
@@ -172,13 +168,12 @@ class BoxRefiner(BaseModule):
         if execution_mode() == 'fixed':
             box, point, local = box_point_slots(points[:, :3], point_batch, point_valid, boxes, box_batch, box_valid,
                                                 *self.enlarge, self.max_points)
-            take = gather_rows
         else:
             box, point, local = box_point_pairs(points[:, :3], point_batch, boxes, box_batch, *self.enlarge,
                                                 max_points=self.max_points)
-            take = _rows
-        dims = take(boxes, box)[:, 3:6].clamp(min=1e-3)
-        feats = torch.cat([local / (0.5 * dims), take(points, point)[:, 3:], local, take(point_probs, point)], dim=1)
+        dims = gather(boxes, box)[:, 3:6].clamp(min=1e-3)  # gather: the empty slots of the fixed mode read zeros
+        feats = torch.cat([local / (0.5 * dims), gather(points, point)[:, 3:], local, gather(point_probs, point)],
+                          dim=1)
         cluster_feats, _ = self.sir(feats, local, box, boxes.shape[0], local.new_zeros(boxes.shape[0], 3))
         out = self.reg(self.shared(cluster_feats)).view(-1, self.num_classes, RESIDUAL_SIZE)
         index = labels.clamp(0, self.num_classes - 1)[:, None, None].expand(-1, 1, RESIDUAL_SIZE)
