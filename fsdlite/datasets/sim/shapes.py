@@ -5,9 +5,9 @@ Each ``add_*`` function draws one object's proportions from ``rng``, adds its pa
 KITTI type name and the bottom-centre lidar box ``[x, y, z, l, w, h, yaw]`` that encloses the body the way
 KITTI's annotators draw it (the body's extents; mirrors and a cyclist's arms stay inside).
 
-* car: a lower body with a sloped bonnet, a rounded nose and tail in plan view, a glass cabin (windscreen,
-  side and rear windows that mostly drop or see the interior) under a solid roof, four wheels under the body,
-  bright number plates; sedans, hatchbacks and SUVs;
+* car: a lower body with a sloped bonnet, ends that lean back above the bumper, rounded corners in plan view, a
+  glass cabin (windscreen, side and rear windows that mostly drop or see the interior) under a solid roof, four
+  wheels under the body, bright number plates; sedans, hatchbacks and SUVs;
 * van, truck (cab + box), tram, trailer / container ('Misc'): distractors that are not cars;
 * pedestrian: articulated legs and arms at a walking phase, torso, head;
 * cyclist: a bicycle (spoked wheels that rays mostly pass, frame, bars) and a pedalling rider leaning forward;
@@ -51,6 +51,29 @@ def _box(prims, to_world, yaw, center, size, material, owner, pitch=0.0, roll=0.
     return prims.add_box(to_world(center), size, yaw, material, owner, pitch=pitch, roll=roll, facade=facade)
 
 
+def _rounded_end(sx, hl, hw, apex, lean, bow, radius, rot, to_world):
+    """Half-spaces of a car end at body x = ``sx * hl``: its face leans back by ``lean`` m per m above the height
+    ``apex`` (the bumper's most forward line) and recedes below it at 45 deg. In plan view it bows back by ``bow`` m
+    at 80 % of the half width ``hw`` (a wide arc, tangent at its middle and at 55 %) and rounds into the sides with
+    corners of ``radius`` m (tangent at 40, 62 and 80 deg), so an end seen head-on lies deeper towards its corners
+    while a side seen at a slant still runs close to the end."""
+    arc = (0.8 * hw) ** 2 / (2 * bow)  # radius of the wide arc
+
+    def recess(y):  # how far the arc lies behind the apex at |y|
+        return arc - np.sqrt(arc ** 2 - y ** 2)
+
+    corner = np.array([hl - recess(hw - radius) - radius, hw - radius])  # the corner circle's centre
+    tangents = [(0.0, hl, 0.0), (np.arcsin(0.55 * hw / arc), hl - recess(0.55 * hw), 0.55 * hw)]
+    for theta in np.radians([40.0, 62.0, 80.0]):
+        tangents.append((theta, *(corner + radius * np.array([np.cos(theta), np.sin(theta)]))))
+    planes = [_plane_through([sx, 0.0, -1.0], [sx * hl, 0, apex], rot, to_world)]
+    for theta, x, y in tangents:
+        c, s = np.cos(theta), np.sin(theta)
+        for sy in ((1,) if theta == 0 else (1, -1)):
+            planes.append(_plane_through([sx * c, sy * s, lean * c], [sx * x, sy * y, apex], rot, to_world))
+    return planes
+
+
 def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     """A passenger car; ``style`` in ('sedan', 'hatchback', 'suv') or drawn (0.5 / 0.3 / 0.2)."""
     style = style or rng.choice(['sedan', 'hatchback', 'suv'], p=[0.5, 0.3, 0.2])
@@ -63,24 +86,26 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
     rot = rotation(yaw)
     to_world = _world(x, y, z0, yaw)
     hl, hw = 0.5 * length, 0.5 * width
-    # lower body: box with a sloped bonnet front, a rounded tail top and rounded corners in plan view (16 planes).
-    # The corners are tight: on real scans the side seen from behind a car runs to the far end of its box
-    # (statistics.car_far_end_gaps), and a rounded far corner faces away from a sensor that sees the side at
-    # under 30 deg, so its radius is what the side falls short of the end
+    # lower body: a box whose ends lean back above the bumper, bow slightly and have small rounded corners in plan
+    # view, with a sloped bonnet front and a rounded tail top. Seen end-on, a real car's returns lie 0.05-0.2 m
+    # behind its box's near face, deeper with height (statistics.car_near_face_depths): an upright end would teach a
+    # detector to put real cars' boxes too far from the sensor. The corners stay small because a real car's side seen
+    # from behind runs close to the far end of its box (statistics.car_far_end_gaps).
     ex, ey, ez = np.eye(3)
-    body = [_plane_through(ex, [hl, 0, 0], rot, to_world), _plane_through(-ex, [-hl, 0, 0], rot, to_world),
-            _plane_through(ey, [0, hw, 0], rot, to_world), _plane_through(-ey, [0, -hw, 0], rot, to_world),
-            _plane_through(ez, [0, 0, belt], rot, to_world), _plane_through(-ez, [0, 0, clearance], rot, to_world),
-            _chamfer(ex, ez * 2.2, [hl, 0, belt], rng.uniform(0.12, 0.2), rot, to_world),
-            _chamfer(-ex, ez * 1.5, [-hl, 0, belt], rng.uniform(0.08, 0.15), rot, to_world)]
-    radius = rng.uniform(0.01, 0.04)  # two tangent planes per corner
-    for sx in (1, -1):
-        for sy in (1, -1):
-            centre = np.array([sx * (hl - radius), sy * (hw - radius), 0.0])
-            for theta in (np.pi / 6, np.pi / 3):
-                n = np.array([sx * np.cos(theta), sy * np.sin(theta), 0.0])
-                body.append(_plane_through(n, centre + radius * n, rot, to_world))
-    prims.add_polyhedron(body, _bounds(to_world, [-hl, -hw, clearance], [hl, hw, belt]), paint, owner)
+    sides = [_plane_through(ey, [0, hw, 0], rot, to_world), _plane_through(-ey, [0, -hw, 0], rot, to_world),
+             _plane_through(ez, [0, 0, belt], rot, to_world), _plane_through(-ez, [0, 0, clearance], rot, to_world)]
+    plate_z, plate_x = clearance + 0.25, {}
+    for sx, lean, apex, bow, cut in ((1, rng.uniform(0.25, 0.45), clearance + rng.uniform(0.03, 0.12),
+                                      rng.uniform(0.02, 0.06), (2.2, 0.12, 0.2)),
+                                     (-1, rng.uniform(0.12, 0.3), clearance + rng.uniform(0.1, 0.2),
+                                      rng.uniform(0.01, 0.04), (1.5, 0.08, 0.15))):
+        # each end is its own half of the body (a polyhedron holds at most MAX_PLANES half-spaces)
+        half = sides + [_plane_through(-sx * ex, [0, 0, 0], rot, to_world),
+                        _chamfer(sx * ex, ez * cut[0], [sx * hl, 0, belt], rng.uniform(*cut[1:]), rot, to_world)]
+        half += _rounded_end(sx, hl, hw, apex, lean, bow, rng.uniform(0.05, 0.15), rot, to_world)
+        lo, hi = ([0, -hw, clearance], [hl, hw, belt]) if sx > 0 else ([-hl, -hw, clearance], [0, hw, belt])
+        prims.add_polyhedron(half, _bounds(to_world, lo, hi), paint, owner)
+        plate_x[sx] = hl - lean * max(plate_z - apex, 0.0)  # where the end face is at the plate's height
     # cabin: windscreen, side windows with tumblehome, rear window (hatchbacks / SUVs: nearly upright)
     rise = height - belt
     base_front = hl - length * rng.uniform(0.27, 0.34)
@@ -121,7 +146,7 @@ def add_car(prims, rng, x, y, z0, yaw, owner, style=None):
                                  np.concatenate([c - radius, c + radius]), tyre, owner)
     plate = materials.retro(rng)
     for sx in (1, -1):
-        _box(prims, to_world, yaw, [sx * (hl + 0.005), 0, clearance + 0.25], [0.02, 0.5, 0.12], plate, owner)
+        _box(prims, to_world, yaw, [sx * (plate_x[sx] + 0.005), 0, plate_z], [0.02, 0.5, 0.12], plate, owner)
     # door mirrors at the foot of the windscreen stand outside the box, as on KITTI's labels
     reach = rng.uniform(0.08, 0.18)
     for sy in (1, -1):
