@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from fsdlite.datasets.sim.statistics import (YAW_QUANTILES, car_far_end_gaps, clutter_behind_cars, format_statistics,
-                                             labelled_frames, scan_statistics)
+from fsdlite.datasets.sim.statistics import (YAW_QUANTILES, car_far_end_gaps, car_near_face_depths, clutter_behind_cars,
+                                             format_statistics, labelled_frames, scan_statistics)
 
 
 def test_car_yaw_is_folded_against_the_sensor_heading():
@@ -55,6 +55,28 @@ def test_far_end_gap_is_measured_from_the_end_away_from_the_sensor():
     crossing = car.copy()
     crossing[6] = np.pi / 2  # seen from its side: not counted
     assert len(car_far_end_gaps(points, crossing[None])) == 0
+
+
+def test_near_face_depth_is_measured_from_the_end_facing_the_sensor():
+    # a car 10 m ahead, long axis along x, 1.5 m tall from z = -1.7: its near face at x = 8
+    car = np.array([10.0, 0.0, -1.7, 4.0, 2.0, 1.5, 0.0])
+    y = np.linspace(-0.7, 0.7, 25)
+    face = np.stack([np.full(25, 8.1), y, np.full(25, -1.2)], 1)             # 0.1 m behind the face, mid-height
+    ignored = [[8.05, 0.95, -1.2],                                            # outside the middle 80 % of the width
+               [8.0, 0.0, -1.55],                                             # under 0.2 of the height
+               [9.5, 0.0, -0.6]]                                              # above 0.6 of the height
+    points = np.concatenate([face, ignored])
+    np.testing.assert_allclose(car_near_face_depths(points, car[None]), [0.1], atol=1e-6)
+    turned = car.copy()
+    turned[6] = np.pi  # turned end for end: the face towards the sensor is still the one at x = 8
+    np.testing.assert_allclose(car_near_face_depths(points, turned[None]), [0.1], atol=1e-6)
+    ahead = np.concatenate([face[:20] - [0.2, 0, 0], face[20:]])  # most of it 0.1 m in front of the face
+    np.testing.assert_allclose(car_near_face_depths(ahead, car[None]), [-0.1], atol=1e-6)
+    assert len(car_near_face_depths(points[:19], car[None])) == 0            # under min_points
+    slanted = car.copy()
+    slanted[6] = np.radians(20)  # its axis 20 deg off the line of sight: not end-on
+    assert len(car_near_face_depths(points, slanted[None])) == 0
+    assert len(car_near_face_depths(points, (car + [40, 0, 0, 0, 0, 0, 0])[None])) == 0  # beyond 40 m
 
 
 def test_pedestrian_reflectance_is_the_median_of_per_person_medians():
