@@ -12,7 +12,8 @@ For every family one model at its configured widths (random weights, seed 0) is 
   with capacity tiers (``--tiers``, fsdlite.deploy.tiers) and the input runs on the smallest tier graph it fits
   (the ``tier`` column; 1 = model.onnx).
 
-The detectors are also timed slimmed (``--slim-width``, default 0.5): ``fsdlite.slim`` cuts the random-weight
+A detector whose config has a box refiner (``BoxRefiner``, its second stage) is also timed without it (same
+bounds; ``--no-refiner-rows`` leaves these rows out). The detectors are also timed slimmed (``--slim-width``, default 0.5): ``fsdlite.slim`` cuts the random-weight
 model's channels (same bounds, same frame) and the slim config + weights go through the same export.
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
@@ -23,12 +24,14 @@ input's own needs times M (the padding overhead of the fixed shapes at its small
 
     python benchmarks/deploy_latency.py [--quick] [--threads N] [--repeat R] [--margin M] [--only fsd voxelnet ...]
                                         [--slim-width W | --slim-width 0 (no slim rows)] [--tiers S ... | --tiers]
+                                        [--no-refiner-rows]
 """
 import argparse
 import tempfile
 from pathlib import Path
 
 import torch
+from mmengine.config import Config
 
 import _harness as h
 
@@ -45,8 +48,6 @@ CASES = {
 def slim_case(case, width, work_dir):
     """A copy of a detector ``case`` whose config and weights are the width-``width`` slimming of its random-weight
     model (``fsdlite.slim``: importance-ranked channels, coupled layers cut alike; bounds unchanged)."""
-    from mmengine.config import Config
-
     from fsdlite.deploy.exporter import build_model
     from fsdlite.slim.api import slim_config
     from fsdlite.slim.engine import SlimRequest
@@ -61,6 +62,19 @@ def slim_case(case, width, work_dir):
 
 #: capacity tiers of the detector exports (fractions of the pre-op bounds)
 DEFAULT_TIERS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.85)
+
+
+def without_refiner_case(case, work_dir):
+    """A copy of a detector ``case`` without its second stage (``model.refiner=None``; the rest and the bounds
+    unchanged), so the refiner's cost shows beside it; None when the case has no refiner."""
+    cfg = Config.fromfile(case['config'])
+    if cfg.model.get('refiner') is None:
+        return None
+    cfg.model.refiner = None
+    out = Path(work_dir) / f'{case["key"]}_no_refiner'
+    out.mkdir(parents=True, exist_ok=True)
+    cfg.dump(out / 'config.py')
+    return dict(case, key=f'{case["key"]}_no_refiner', config=str(out / 'config.py'))
 
 
 def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
@@ -129,6 +143,8 @@ def main(argv=None):
                         help='run only these models')
     parser.add_argument('--slim-width', type=number(float, 0, 1), default=0.5,
                         help='also time the detectors slimmed to this width (0: no slim rows)')
+    parser.add_argument('--no-refiner-rows', action='store_true',
+                        help='do not also time the detectors that have a box refiner without it')
     parser.add_argument('--tiers', type=float, nargs='*', default=DEFAULT_TIERS, metavar='SCALE',
                         help=f'capacity tiers of the detector exports (default {DEFAULT_TIERS}; none: --tiers)')
     args = parser.parse_args(argv)
@@ -152,6 +168,9 @@ def main(argv=None):
             if args.only and case['key'] not in args.only:
                 continue
             cases.append((name, case))
+            plain = None if args.no_refiner_rows or not case['frame'] else without_refiner_case(case, work_dir)
+            if plain is not None:
+                cases.append((f'{name} no refiner', plain))
             if case['frame'] and args.slim_width:
                 cases.append((f'{name} w{args.slim_width:g}', slim_case(case, args.slim_width, work_dir)))
         for name, case in cases:

@@ -124,6 +124,9 @@ class BoxRefiner(BaseModule):
         shared_channels (sequence[int]): widths of the Linear+LN+GELU layers before the regression.
         enlarge (tuple): (xy, z) metres the box is grown by to gather its points.
         max_points (int): points per box the encoder sees at most (a fixed subset of them).
+        max_boxes (int): at inference, the boxes of a batch it refines at most: the highest-scoring ones (the
+            others keep the first stage's box). It bounds the fixed-shape graph's refiner work (boxes x points
+            slots) below the detector's ``max_boxes``; a trained FSD-lite selects 30-110 boxes on a KITTI frame.
         pos_iou (float): BEV IoU with a ground-truth box from which a training box regresses it.
         jitter_per_gt (int): noisy ground-truth copies added as training boxes per ground-truth box.
         jitter (tuple): (centre m, log size, yaw rad) standard deviations of that noise.
@@ -132,7 +135,7 @@ class BoxRefiner(BaseModule):
     """
 
     def __init__(self, point_channels, num_classes, sir=dict(block_channels=((64, 64), (64, 64))),
-                 shared_channels=(128,), enlarge=(0.5, 0.3), max_points=256, pos_iou=0.3, jitter_per_gt=2,
+                 shared_channels=(128,), enlarge=(0.5, 0.3), max_points=256, max_boxes=64, pos_iou=0.3, jitter_per_gt=2,
                  jitter=(0.3, 0.1, 0.15), yaw_period=math.pi, loss_bbox=dict(type='L1Loss', loss_weight=1.0),
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
@@ -140,11 +143,13 @@ class BoxRefiner(BaseModule):
             raise ValueError(f'BoxRefiner: point_channels must be >= 3 (xyz first), got {point_channels}')
         if len(enlarge) != 2 or min(enlarge) < 0:
             raise ValueError(f'BoxRefiner: enlarge must be (xy, z) metres >= 0, got {enlarge}')
-        if int(max_points) < 1 or len(jitter) != 3:
-            raise ValueError(f'BoxRefiner: max_points must be >= 1 and jitter 3 numbers, got {max_points}, {jitter}')
+        if int(max_points) < 1 or int(max_boxes) < 1 or len(jitter) != 3:
+            raise ValueError(f'BoxRefiner: max_points and max_boxes must be >= 1 and jitter 3 numbers, got '
+                             f'{max_points}, {max_boxes}, {jitter}')
         self.num_classes = int(num_classes)
         self.enlarge = tuple(float(e) for e in enlarge)
         self.max_points = int(max_points)
+        self.max_boxes = int(max_boxes)
         self.pos_iou = float(pos_iou)
         self.jitter_per_gt = int(jitter_per_gt)
         self.jitter = tuple(float(j) for j in jitter)

@@ -8,6 +8,7 @@ implement :meth:`instances`) and predict one box per instance with a
 per-sample outputs is tensor code over sample/segment ids (no Python loop over samples).  An optional
 :class:`~fsdlite.models.fsd.box_refiner.BoxRefiner` re-estimates the selected boxes before NMS.
 """
+import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -192,20 +193,26 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
     def refine(self, inputs, seg_outputs, fg, selected):
         """The selected boxes (``ClusterHead.select``'s dict) with ``boxes`` moved by the refiner, if the model has
         one, from the foreground points ``fg`` around them (before NMS, in either execution mode; the fixed mode's
-        padding rows stay padding)."""
-        if self.refiner is None:
+        padding rows stay padding). Only the refiner's ``max_boxes`` highest-scoring boxes are refined."""
+        if self.refiner is None or not selected['boxes'].shape[0]:
             return selected
         points, probs = (gather(t, fg.point_index) for t in (inputs['points'], seg_outputs['seg_logits'].sigmoid()))
+        boxes, scores = selected['boxes'], selected['scores']
         valid = {}
         if execution_mode() == 'fixed':
-            rows, num_boxes = fg.point_index.shape[0], selected['boxes'].shape[0]
+            rows = fg.point_index.shape[0]
+            box_valid = torch.arange(boxes.shape[0], device=boxes.device) < selected['num_boxes']
+            scores = torch.where(box_valid, scores, torch.full_like(scores, -math.inf))
+        top = scores.topk(min(self.refiner.max_boxes, boxes.shape[0])).indices
+        if execution_mode() == 'fixed':
             valid = dict(point_valid=torch.arange(rows, device=points.device) < fg.num_valid,
-                         box_valid=torch.arange(num_boxes, device=points.device) < selected['num_boxes'])
-        boxes = self.refiner.refine(points, probs, fg.batch, selected['boxes'], selected['batch'], selected['labels'],
-                                    **valid)
+                         box_valid=box_valid.index_select(0, top))
+        chosen = boxes.index_select(0, top)
+        refined = self.refiner.refine(points, probs, fg.batch, chosen, selected['batch'].index_select(0, top),
+                                      selected['labels'].index_select(0, top), **valid)
         if valid:
-            boxes = torch.where(valid['box_valid'][:, None], boxes, selected['boxes'])
-        return dict(selected, boxes=boxes)
+            refined = torch.where(valid['box_valid'][:, None], refined, chosen)
+        return dict(selected, boxes=boxes.scatter(0, top[:, None].expand(-1, boxes.shape[1]), refined))
 
     @staticmethod
     def to_samples(boxes, scores, labels, batch, batch_size, data_samples=None):

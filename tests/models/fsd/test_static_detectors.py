@@ -20,10 +20,10 @@ NUSCENES_RANGE = [-24.0, -24.0, -4.0, 24.0, 24.0, 2.0]
 TALL_CELLS = ((0.3, 0.3, 6.0), (0.1, 0.1, 6.0), (0.2, 0.2, 6.0))
 
 
-# FSD-lite with a box refiner that sees at most 16 points per box (the cap binds: the fixed run must pick the
-# same points)
+# FSD-lite with a box refiner that sees at most 16 points per box and refines at most 3 boxes (both caps bind: the
+# fixed run must pick the same points and the same boxes)
 REFINER = dict(type='BoxRefiner', sir=dict(block_channels=((16, 16),), rel_channels=(8,)), shared_channels=(16,),
-               max_points=16)
+               max_points=16, max_boxes=3)
 
 
 def model_cfg(kit, name, point_range):
