@@ -13,8 +13,9 @@ For every family one model at its configured widths (random weights, seed 0) is 
   (the ``tier`` column; 1 = model.onnx).
 
 A detector whose config has a box refiner (``BoxRefiner``, its second stage) is also timed without it (same
-bounds; ``--no-refiner-rows`` leaves these rows out). The detectors are also timed slimmed (``--slim-width``, default 0.5): ``fsdlite.slim`` cuts the random-weight
-model's channels (same bounds, same frame) and the slim config + weights go through the same export.
+bounds; ``--no-refiner-rows`` leaves these rows out). The detectors are also timed slimmed (``--slim-width``,
+default 0.5): ``fsdlite.slim`` cuts the random-weight model's channels (same bounds, same frame) and the slim
+config + weights go through the same export.
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not

@@ -135,9 +135,9 @@ class BoxRefiner(BaseModule):
     """
 
     def __init__(self, point_channels, num_classes, sir=dict(block_channels=((64, 64), (64, 64))),
-                 shared_channels=(128,), enlarge=(0.5, 0.3), max_points=256, max_boxes=64, pos_iou=0.3, jitter_per_gt=2,
-                 jitter=(0.3, 0.1, 0.15), yaw_period=math.pi, loss_bbox=dict(type='L1Loss', loss_weight=1.0),
-                 init_cfg=None):
+                 shared_channels=(128,), enlarge=(0.5, 0.3), max_points=256, max_boxes=64, pos_iou=0.3,
+                 jitter_per_gt=2, jitter=(0.3, 0.1, 0.15), yaw_period=math.pi,
+                 loss_bbox=dict(type='L1Loss', loss_weight=1.0), init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         if point_channels < 3:
             raise ValueError(f'BoxRefiner: point_channels must be >= 3 (xyz first), got {point_channels}')

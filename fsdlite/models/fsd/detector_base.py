@@ -197,15 +197,13 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         if self.refiner is None or not selected['boxes'].shape[0]:
             return selected
         points, probs = (gather(t, fg.point_index) for t in (inputs['points'], seg_outputs['seg_logits'].sigmoid()))
-        boxes, scores = selected['boxes'], selected['scores']
-        valid = {}
-        if execution_mode() == 'fixed':
-            rows = fg.point_index.shape[0]
+        boxes, scores, valid = selected['boxes'], selected['scores'], {}
+        if execution_mode() == 'fixed':  # padding rows rank last and are not refined
             box_valid = torch.arange(boxes.shape[0], device=boxes.device) < selected['num_boxes']
             scores = torch.where(box_valid, scores, torch.full_like(scores, -math.inf))
         top = scores.topk(min(self.refiner.max_boxes, boxes.shape[0])).indices
         if execution_mode() == 'fixed':
-            valid = dict(point_valid=torch.arange(rows, device=points.device) < fg.num_valid,
+            valid = dict(point_valid=torch.arange(fg.point_index.shape[0], device=points.device) < fg.num_valid,
                          box_valid=box_valid.index_select(0, top))
         chosen = boxes.index_select(0, top)
         refined = self.refiner.refine(points, probs, fg.batch, chosen, selected['batch'].index_select(0, top),

@@ -1,6 +1,7 @@
 """Box refiner: box frame, box-point pairs, residual coding, targets, and that it starts as the identity."""
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,3 +89,9 @@ def test_starts_as_the_identity_and_learns_from_jittered_truth():
     assert float(losses['num_refine_pos']) == 1 + refiner.jitter_per_gt
     losses['loss_refine'].backward()
     assert refiner.reg.weight.grad.abs().sum() > 0
+
+
+def test_bad_options_name_the_argument():
+    for bad in (dict(max_boxes=0), dict(max_points=0), dict(enlarge=(0.5,))):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            _refiner(**bad)
