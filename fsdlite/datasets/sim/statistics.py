@@ -65,6 +65,14 @@ def clutter_behind_cars(points, boxes, depth=3.0, min_points=50):
     return behind, on_cars
 
 
+def _car_frame(xyz, box):
+    """Points (N, 3) float64 in the frame of ``box`` (7,): ``(along, across, height)`` (N,) each, and the sensor's
+    (2,) BEV position in that frame."""
+    local = rotate_points(torch.cat([xyz, xyz.new_zeros(1, 3)]) - box[:3], -float(box[6]))  # last row: the sensor
+    along, across, height = local[:-1].T
+    return along, across, height, local[-1, :2]
+
+
 def car_far_end_gaps(points, boxes, max_range=20.0, min_points=30):
     """How far short of its far end a car seen from one of its ends is seen.
 
@@ -77,8 +85,7 @@ def car_far_end_gaps(points, boxes, max_range=20.0, min_points=30):
     xyz = torch.from_numpy(np.asarray(points, dtype=np.float64)[:, :3].copy())
     gaps = []
     for box in torch.from_numpy(np.asarray(boxes, dtype=np.float64).reshape(-1, 7)):
-        local = rotate_points(torch.cat([xyz, xyz.new_zeros(1, 3)]) - box[:3], -float(box[6]))  # car frame
-        (along, across, height), sensor = local[:-1].T, local[-1, :2]  # last row: the sensor
+        along, across, height, sensor = _car_frame(xyz, box)
         on = ((along.abs() < 0.5 * box[3] + 0.05) & (across.abs() < 0.5 * box[4] + 0.3) & (height > 0.1)
               & (height < box[5]))
         if box[:2].norm() > max_range or on.sum() < min_points or sensor[0].abs() < 0.5 * sensor.norm():
@@ -99,8 +106,7 @@ def car_near_face_depths(points, boxes, max_view=15.0, max_range=40.0, min_point
     xyz = torch.from_numpy(np.asarray(points, dtype=np.float64)[:, :3].copy())
     depths = []
     for box in torch.from_numpy(np.asarray(boxes, dtype=np.float64).reshape(-1, 7)):
-        local = rotate_points(torch.cat([xyz, xyz.new_zeros(1, 3)]) - box[:3], -float(box[6]))  # car frame
-        (along, across, height), sensor = local[:-1].T, local[-1, :2]  # last row: the sensor
+        along, across, height, sensor = _car_frame(xyz, box)
         if box[:2].norm() > max_range or sensor[0].abs() < np.cos(np.radians(max_view)) * sensor.norm():
             continue
         depth = 0.5 * box[3] - torch.sign(sensor[0]) * along  # behind the face towards the sensor
