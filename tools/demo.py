@@ -56,8 +56,10 @@ def parse_args(argv=None):
                         help='folder for PNGs, results.json and the work dir')
     parser.add_argument('--max-iters', type=number(int, 1), default=None,
                         help='training iterations (default: the config)')
-    parser.add_argument('--threads', type=number(int, 1), default=1,
-                        help='torch intra-op threads (default 1: predictable on a busy 2-core CPU)')
+    parser.add_argument('--threads', type=number(int, 1), default=min(2, os.cpu_count() or 1),
+                        help='torch intra-op threads once the data worker has simulated every training frame '
+                        '(one thread before that, so the worker has a core of its own; default: 2 where the '
+                        'machine has them)')
     parser.add_argument('--min-box-score', type=number(float, 0, 1), default=0.3,
                         help='draw predicted boxes at or above this score (the title counts the others)')
     parser.add_argument('--kitti-root', type=in_dir, default=None, help='KITTI folder with velodyne/, label_2/, '
@@ -133,6 +135,20 @@ def busiest_frames(dataset, count=2):
     return sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))[:count]
 
 
+class ThreadsAfterSimulation(Hook):
+    """One torch thread while the training loader's worker simulates the frames of the first pass (it needs a core of
+    its own then), ``threads`` from the iteration after it on, when the worker only replays its cached frames."""
+
+    def __init__(self, first_pass_iters, threads):
+        self.first_pass_iters, self.threads = first_pass_iters, threads
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        wanted = 1 if runner.iter < self.first_pass_iters else self.threads
+        if torch.get_num_threads() != wanted:
+            torch.set_num_threads(wanted)
+            print(f'iteration {runner.iter}: torch uses {wanted} thread(s)', flush=True)
+
+
 class CurveRecorder(Hook):
     """Keeps the losses of every logged iteration and the metrics of every validation for the curves PNG."""
 
@@ -190,7 +206,16 @@ def main(argv=None):
         cfg = load_demo_config(args)
     except (ToolError, FileNotFoundError) as exc:
         parser.exit(2, f'{parser.prog}: error: {exc}\n')
-    torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    try:
+        return run_demo(args, cfg)
+    finally:
+        torch.set_num_threads(threads)  # in-process callers (the tests) keep their thread count
+
+
+def run_demo(args, cfg):
+    """Train, evaluate and draw (see the module docstring); returns the summary written to ``results.json``."""
+    torch.set_num_threads(1)  # ThreadsAfterSimulation raises it after the first pass over the training frames
     start = time.perf_counter()
     timer = Timer()
     out_dir = osp.abspath(args.out_dir)
@@ -210,6 +235,8 @@ def main(argv=None):
         curves = CurveRecorder(cfg.default_hooks.logger.interval)
         runner.register_hook(curves)
         train_set = runner.train_loop.dataloader.dataset
+        runner.register_hook(ThreadsAfterSimulation(math.ceil(len(train_set) / cfg.train_dataloader.batch_size),
+                                                     args.threads))
         val_set = runner.val_loop.dataloader.dataset
         classes = train_set.classes
         print(f'{len(train_set)} training and {len(val_set)} held-out frames are simulated by data workers as '
@@ -229,6 +256,7 @@ def main(argv=None):
     pngs = []
 
     task = 'seg'
+    torch.set_num_threads(args.threads)
     with timer('real KITTI frames and pictures'):
         for i in range(min(2, len(val_set))):
             points, sample = predict_item(model, val_set, i)
