@@ -137,7 +137,8 @@ def scan_statistics(frames):
         frames (iterable): ``(points (N, 4) array, car_boxes (M, 7) array[, pedestrian_boxes (P, 7) array])`` per
             frame (camera-view points, lidar boxes of the labelled cars and, optionally, pedestrians).
     Returns:
-        dict: ``points_per_frame`` (mean), ``elevation_share`` (len(ELEVATION_BANDS) - 1,), ``range_share``
+        dict: ``points_per_frame`` (mean), ``cars_per_frame`` (mean number of labelled cars with >= 1 point),
+        ``elevation_share`` (len(ELEVATION_BANDS) - 1,), ``range_share``
         (len(RANGE_BANDS) - 1,), ``above_ground`` (mean share per frame), ``reflectance_quantiles`` (QUANTILES),
         ``zero_reflectance``, ``car_points`` (median per band of CAR_DISTANCE_BANDS; NaN without cars),
         ``car_reflectance_median``, ``car_yaw_quantiles`` (YAW_QUANTILES of the cars' |yaw| in degrees, a box
@@ -150,7 +151,7 @@ def scan_statistics(frames):
     """
 
     counts, ranges, elevations, reflectance, above, car_points, car_refl, yaws = [], [], [], [], [], [], [], []
-    clutter, far_gaps, face_depths, people = np.zeros(2), [], [], []
+    clutter, far_gaps, face_depths, people, cars = np.zeros(2), [], [], [], []
     for points, boxes, *pedestrians in frames:
         points = np.asarray(points, dtype=np.float32)
         boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 7)
@@ -161,10 +162,12 @@ def scan_statistics(frames):
         elevations.append(np.degrees(np.arctan2(xyz[:, 2], np.hypot(xyz[:, 0], xyz[:, 1]))))
         reflectance.append(points[:, 3])
         above.append(above_ground_share(points))
+        cars.append(0)
         if len(boxes):
             inside = points_in_boxes(torch.from_numpy(points), torch.from_numpy(boxes)).numpy()
             per_car = np.bincount(inside[inside >= 0], minlength=len(boxes))
             car_points += list(zip(np.hypot(boxes[:, 0], boxes[:, 1]), per_car))
+            cars[-1] = int((per_car >= 1).sum())
             car_refl.append(points[inside >= 0, 3])
             yaws.append(np.abs(np.degrees((boxes[:, 6] + np.pi / 2) % np.pi - np.pi / 2)))
             clutter += clutter_behind_cars(points, boxes)
@@ -180,7 +183,7 @@ def scan_statistics(frames):
     yaws = np.concatenate(yaws) if yaws else np.zeros(0)
     far_gaps = np.concatenate(far_gaps) if far_gaps else np.zeros(0)
     face_depths = np.concatenate(face_depths) if face_depths else np.zeros(0)
-    return dict(points_per_frame=float(np.mean(counts)),
+    return dict(points_per_frame=float(np.mean(counts)), cars_per_frame=float(np.mean(cars)),
                 elevation_share=np.histogram(elevations, ELEVATION_BANDS)[0] / max(len(elevations), 1),
                 range_share=np.histogram(ranges, RANGE_BANDS)[0] / max(len(ranges), 1),
                 above_ground=float(np.mean(above)),
@@ -214,6 +217,7 @@ def format_statistics(rows):
         lines.append(f'{label:<34}' + ''.join(f'{v:>22}' for v in values))
 
     add('points per frame', [f"{s['points_per_frame']:.0f}" for _, s in rows])
+    add('labelled cars per frame', [f"{s['cars_per_frame']:.1f}" for _, s in rows])
     for i, (lo, hi) in enumerate(zip(ELEVATION_BANDS[:-1], ELEVATION_BANDS[1:])):
         add(f'share at elevation {lo:g}..{hi:g} deg', [f"{s['elevation_share'][i]:.3f}" for _, s in rows])
     for i, (lo, hi) in enumerate(zip(RANGE_BANDS[:-1], RANGE_BANDS[1:])):

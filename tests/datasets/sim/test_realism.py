@@ -8,6 +8,7 @@ from fsdlite.datasets.sim.statistics import format_statistics, labelled_frames, 
 from fsdlite.registry import DATASETS
 
 TOLERANCE = dict(points_per_frame=0.25,      # relative
+                 cars_per_frame=(2.0, 6.0),   # ratio; busier on purpose (test_cars_per_frame)
                  elevation_share=0.04,       # absolute, per elevation band
                  range_share=0.06,           # absolute, per range band
                  above_ground=0.12,          # absolute
@@ -39,6 +40,16 @@ def test_points_per_frame_and_per_elevation(statistics):
     real, sim = statistics
     assert abs(sim['points_per_frame'] / real['points_per_frame'] - 1) < TOLERANCE['points_per_frame']
     assert np.abs(sim['elevation_share'] - real['elevation_share']).max() < TOLERANCE['elevation_share']
+
+
+def test_cars_per_frame(statistics):
+    """The simulated streets hold 2-6 times the cars of these frames (KITTI's 7,481 training frames hold 3.8 labelled
+    cars each, these 30 frames 2.1): busier on purpose, as mmdet3d's ground-truth sampling pastes cars into KITTI
+    frames, because a short training on KITTI-like streets sees too few cars to place their boxes well."""
+    real, sim = statistics
+    low, high = TOLERANCE['cars_per_frame']
+    assert low < sim['cars_per_frame'] / real['cars_per_frame'] < high, (sim['cars_per_frame'],
+                                                                          real['cars_per_frame'])
 
 
 def test_range_histogram_and_structure_above_ground(statistics):

@@ -17,6 +17,7 @@ def test_car_yaw_is_folded_against_the_sensor_heading():
     np.testing.assert_allclose(stats['car_yaw_quantiles'], np.percentile([0, 0, 10, 80, 10], YAW_QUANTILES),
                                atol=1e-3)
     assert 'car |yaw| deg q50/75/90' in format_statistics([('hand-made', stats)])
+    assert stats['cars_per_frame'] == 0.5  # frame 1: one of its five cars holds a point; frame 2: no cars
     assert np.isnan(scan_statistics([(points, np.zeros((0, 7), np.float32))])['car_yaw_quantiles']).all()
 
 
