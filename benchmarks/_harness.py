@@ -151,6 +151,18 @@ def fmt_bytes(n):
     return f'{n / 2**30:.2f} GiB' if n >= 2**30 else f'{n / 2**20:.1f} MiB'
 
 
+def parse_checkpoints(items):
+    """``--checkpoint`` items ``fsd=PATH`` / ``fsdv2=PATH`` -> dict detector -> path; SystemExit on a bad item
+    or a missing file."""
+    out = {}
+    for item in items or []:
+        key, sep, path = item.partition('=')
+        if not sep or key not in ('fsd', 'fsdv2') or not Path(path).is_file():
+            raise SystemExit(f'--checkpoint expects fsd=PATH or fsdv2=PATH with an existing file, got {item!r}')
+        out[key] = path
+    return out
+
+
 def print_table(headers, rows):
     """Print rows (lists of cells) under headers as an aligned text table."""
     cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]

@@ -34,6 +34,7 @@ DETECTOR_STAGES = {
                         ('mixer', 'conv_plan().tiled_kernel_maps'), ('mixer', 'conv_plan().dense_kernel_maps')],
     'mixer': [('mixer', 'forward')],
     'box_head': [('bbox_head', 'forward'), ('bbox_head', 'select')],
+    'refiner': [('refiner', 'forward')],
     'nms': [('bbox_head', 'predict'), ('bbox_head', 'nms')],
 }
 

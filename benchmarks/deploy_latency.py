@@ -47,16 +47,17 @@ CASES = {
 
 
 def slim_case(case, width, work_dir):
-    """A copy of a detector ``case`` whose config and weights are the width-``width`` slimming of its random-weight
-    model (``fsdlite.slim``: importance-ranked channels, coupled layers cut alike; bounds unchanged)."""
+    """A copy of a detector ``case`` whose config and weights are the width-``width`` slimming of its model (its
+    ``checkpoint``, else random weights; ``fsdlite.slim``: importance-ranked channels, coupled layers cut alike;
+    bounds unchanged)."""
     from fsdlite.deploy.exporter import build_model
     from fsdlite.slim.api import slim_config
     from fsdlite.slim.engine import SlimRequest
     out = Path(work_dir) / f'{case["key"]}_slim'
     out.mkdir(parents=True, exist_ok=True)
-    source = out / 'random.pth'  # the weights export_model(..., 'random') uses (seed 0)
-    torch.save(dict(state_dict=build_model(Config.fromfile(case['config']).model, 'random').state_dict(), meta={}),
-               source)
+    source = out / 'source.pth'  # the weights export_model(..., checkpoint) uses ('random': seed 0)
+    model = build_model(Config.fromfile(case['config']).model, case.get('checkpoint', 'random'))
+    torch.save(dict(state_dict=model.state_dict(), meta={}), source)
     slim = slim_config(case['config'], str(source), SlimRequest(width=width), str(out))
     return dict(case, key=f'{case["key"]}_w{width:g}', config=slim.config_path, checkpoint=slim.checkpoint_path)
 
@@ -66,8 +67,9 @@ DEFAULT_TIERS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.85)
 
 
 def without_refiner_case(case, work_dir):
-    """A copy of a detector ``case`` without its second stage (``model.refiner=None``; the rest and the bounds
-    unchanged), so the refiner's cost shows beside it; None when the case has no refiner."""
+    """A copy of a detector ``case`` without its second stage (``model.refiner=None``; the rest, the bounds and the
+    other weights of its ``checkpoint`` unchanged), so the refiner's cost shows beside it; None when the case has no
+    refiner."""
     cfg = Config.fromfile(case['config'])
     if cfg.model.get('refiner') is None:
         return None
@@ -75,7 +77,14 @@ def without_refiner_case(case, work_dir):
     out = Path(work_dir) / f'{case["key"]}_no_refiner'
     out.mkdir(parents=True, exist_ok=True)
     cfg.dump(out / 'config.py')
-    return dict(case, key=f'{case["key"]}_no_refiner', config=str(out / 'config.py'))
+    plain = dict(case, key=f'{case["key"]}_no_refiner', config=str(out / 'config.py'))
+    if case.get('checkpoint', 'random') != 'random':
+        state = torch.load(case['checkpoint'], map_location='cpu', weights_only=False)
+        state = state.get('state_dict', state)
+        torch.save(dict(state_dict={k: v for k, v in state.items() if not k.startswith('refiner.')}, meta={}),
+                   out / 'weights.pth')
+        plain['checkpoint'] = str(out / 'weights.pth')
+    return plain
 
 
 def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
@@ -144,11 +153,15 @@ def main(argv=None):
                         help='run only these models')
     parser.add_argument('--slim-width', type=number(float, 0, 1), default=0.5,
                         help='also time the detectors slimmed to this width (0: no slim rows)')
+    parser.add_argument('--checkpoint', nargs='+', metavar='DETECTOR=PATH',
+                        help='trained weights per detector (fsd=PATH fsdv2=PATH; default random weights, which '
+                        'select no box, so eager skips the box refiner and NMS that the fixed-shape graph runs)')
     parser.add_argument('--no-refiner-rows', action='store_true',
                         help='do not also time the detectors that have a box refiner without it')
     parser.add_argument('--tiers', type=float, nargs='*', default=DEFAULT_TIERS, metavar='SCALE',
                         help=f'capacity tiers of the detector exports (default {DEFAULT_TIERS}; none: --tiers)')
     args = parser.parse_args(argv)
+    checkpoints = h.parse_checkpoints(args.checkpoint)
     repeat = args.repeat or (3 if args.quick else 10)
     from fsdlite.deploy.tiers import check_tier_scales
     try:
@@ -159,7 +172,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     import onnxruntime
     print(f'torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, {args.threads} thread(s), median of '
-          f'{repeat} runs after {warmup} warm-up, random weights at configured widths, batch 1, bounds '
+          f'{repeat} runs after {warmup} warm-up, weights: {checkpoints or "random"} (configured widths), batch 1, '
+          'bounds '
           + (f'= input needs x {args.margin}' if args.margin else 'as configured (else measured x 1.5)')
           + f', detector capacity tiers {tiers or "none"}')
     rows, payload = [], {}
@@ -168,6 +182,8 @@ def main(argv=None):
         for name, case in CASES.items():
             if args.only and case['key'] not in args.only:
                 continue
+            if case['key'] in checkpoints:
+                case = dict(case, checkpoint=checkpoints[case['key']])
             cases.append((name, case))
             plain = None if args.no_refiner_rows or not case['frame'] else without_refiner_case(case, work_dir)
             if plain is not None:

@@ -37,7 +37,7 @@ CONFIGS = {('kitti', 'fsd'): 'configs/fsd/fsdlite_kitti_static.py',
            ('waymo', 'fsd'): 'configs/fsd/fsdlite_waymo_range.py',
            ('waymo', 'fsdv2'): 'configs/fsdv2/fsdv2lite_waymo_range.py'}
 STAGES = ('voxelize', 'pre_ops', 'vfe', 'backbone', 'neck_head', 'fg_sampling', 'instances', 'sir',
-          'virtual_voxels', 'mixer_rulebooks', 'mixer', 'box_head', 'graph', 'nms')
+          'virtual_voxels', 'mixer_rulebooks', 'mixer', 'box_head', 'refiner', 'graph', 'nms')
 
 
 def load_frame(frame, data_root=DATA):
@@ -177,18 +177,6 @@ def same_detections(a, b, tol=1e-3):
                 and torch.allclose(a.scores_3d[ia], b.scores_3d[ib], atol=tol))
 
 
-def parse_checkpoints(items):
-    """``--checkpoint`` items ``fsd=PATH`` / ``fsdv2=PATH`` -> dict detector -> path; SystemExit on a bad item
-    or a missing file."""
-    out = {}
-    for item in items or []:
-        key, sep, path = item.partition('=')
-        if not sep or key not in ('fsd', 'fsdv2') or not Path(path).is_file():
-            raise SystemExit(f'--checkpoint expects fsd=PATH or fsdv2=PATH with an existing file, got {item!r}')
-        out[key] = path
-    return out
-
-
 def _peak(device, fn):
     """Peak bytes of ``fn``: a fresh subprocess on the CPU (``_harness.run_isolated``), the allocator's peak of the
     timed runs on CUDA."""
@@ -216,7 +204,7 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise SystemExit('--device cuda: torch sees no CUDA device here')
-    checkpoints = parse_checkpoints(args.checkpoint)
+    checkpoints = h.parse_checkpoints(args.checkpoint)
     frames = args.frames or (['kitti'] if args.quick else ['kitti', 'waymo'])
     repeat = 1 if args.quick else args.repeat
     modes = ('dynamic', 'static', 'graph') if device.type == 'cuda' else ('dynamic', 'static')

@@ -245,9 +245,30 @@ def plot_ort_against_eager(payload, path):
     return _save(plt, fig, path)
 
 
+def plot_stages_ort_against_eager(payload, path):
+    """deploy_stages: per model, the milliseconds of each stage in eager PyTorch and in ONNX Runtime."""
+    results = {name: r for name, r in (payload.get('results') or {}).items()
+               if isinstance(r, dict) and isinstance(r.get('eager_ms'), dict) and isinstance(r.get('ort_ms'), dict)}
+    if not results:
+        return False
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for ax, (name, r) in zip(axes[0], results.items()):
+        stages = [s for s in dict.fromkeys(list(r['ort_ms']) + list(r['eager_ms'])) if s != 'total']
+        ys = range(len(stages))
+        ax.barh([y - 0.2 for y in ys], [r['eager_ms'].get(s, 0.0) for s in stages], 0.4, label='eager')
+        ax.barh([y + 0.2 for y in ys], [r['ort_ms'].get(s, 0.0) for s in stages], 0.4, label='ONNX Runtime')
+        ax.set_yticks(list(ys), stages)
+        ax.invert_yaxis()
+        ax.set(xlabel='ms', title=f'{name}: eager {r["eager_ms"].get("total", 0):.0f} ms, '
+                                  f'ORT {r["ort_ms"].get("total", 0):.0f} ms')
+        ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
 #: benchmark name -> plot function ``(payload, png path) -> bool`` (False: nothing to draw)
 PLOTS = {'voxelnet_memory': plot_memory_against_size, 'fsd_latency': plot_stage_latency,
-         'deploy_latency': plot_ort_against_eager}
+         'deploy_latency': plot_ort_against_eager, 'deploy_stages': plot_stages_ort_against_eager}
 
 
 # ------------------------------------------------------------------------------------------------ report

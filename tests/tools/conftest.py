@@ -31,6 +31,20 @@ def load_tool(name):
     return module
 
 
+@pytest.fixture
+def load_benchmark(monkeypatch):
+    """``load_benchmark(name)`` imports ``benchmarks/<name>.py`` as when run as a script (its folder first on the
+    path, for ``_harness`` and ``_stages``)."""
+    monkeypatch.syspath_prepend(str(REPO / 'benchmarks'))
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, REPO / 'benchmarks' / f'{name}.py')
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
+
 @pytest.fixture(scope='session')
 def tools():
     """Namespace: ``run`` (subprocess), ``load`` (in-process module), the config path and small overrides."""

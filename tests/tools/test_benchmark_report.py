@@ -18,6 +18,10 @@ DEPLOY = {'benchmark': 'deploy_latency', 'threads': 1, 'repeat': 3, 'margin': No
             'tier': 0.55, 'same': True},
     'voxelnet': {'ms': {'eager': 20.0, 'eager_spconv': 20.0, 'static': 18.0, 'ort_full': 15.0, 'ort': 15.0},
                  'tier': 1, 'same': True}}}
+STAGES = {'benchmark': 'deploy_stages', 'threads': 1, 'repeat': 5, 'weights': 'random', 'results': {
+    'fsd': {'eager_ms': {'backbone': 27.4, 'sir': 15.2, 'other': 3.3, 'total': 45.9},
+            'ort_ms': {'host_pre_ops': 3.0, 'backbone': 75.3, 'sir': 14.7, 'refiner': 28.3, 'total': 121.3},
+            'graph_wall_ms': 118.0, 'tier': 0.55, 'boxes': 0}}}
 
 
 def write_log(path, *payloads, noise='torch 2.13.0, 1 thread\n| a | b |\n'):
@@ -34,7 +38,7 @@ def test_sections_tables_and_plots_replace_only_the_generated_part(report, tmp_p
     logs = tmp_path / 'logs'
     logs.mkdir()
     paths = [write_log(logs / 'voxelnet_memory.log', VOXELNET), write_log(logs / 'fsd.log', FSD),
-             write_log(logs / 'deploy.log', DEPLOY),
+             write_log(logs / 'deploy.log', DEPLOY), write_log(logs / 'deploy_stages.log', STAGES),
              write_log(logs / 'ops.log', {'seg|N=5|fsdlite': {'ms': 0.1, 'speedup_vs_baseline': 2.0}})]
     out = tmp_path / 'docs' / 'benchmarks.md'
     out.parent.mkdir()
@@ -44,12 +48,12 @@ def test_sections_tables_and_plots_replace_only_the_generated_part(report, tmp_p
     text = out.read_text()
     assert text.startswith('# Benchmarks\n\nIntro by hand.') and text.endswith('2026-12-04: kept by hand.\n')
     assert 'old' not in text and text.count(report.BEGIN) == 1 == text.count(report.END)
-    for section in ('### voxelnet_memory', '### fsd_latency', '### deploy_latency', '### ops'):
+    for section in ('### voxelnet_memory', '### fsd_latency', '### deploy_latency', '### deploy_stages', '### ops'):
         assert section in text
     assert '| V=27\\|M=200\\|dense | yes | 110.5 MiB | 2.76 |' in text  # bytes in MiB, '|' escaped in cells
     assert '| kitti/fsd/dynamic | 3.1 | 40.2 | 1 | 44.3 | n/a | 12 |' in text  # stages flattened to columns
     assert 'Settings: device = cpu, threads = 1, repeat = 1.' in text
-    for png in ('voxelnet_memory.png', 'fsd_latency.png', 'deploy_latency.png'):
+    for png in ('voxelnet_memory.png', 'fsd_latency.png', 'deploy_latency.png', 'deploy_stages.png'):
         assert (out.parent / 'figures' / png).stat().st_size > 1000
         assert f'](figures/{png})' in text
     assert report.main([str(p) for p in paths] + ['--out', str(out)]) == 0

@@ -1,23 +1,14 @@
 """benchmarks/_stages.py: the FSD latency benchmark times a detector's stages from outside the model."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from fsdlite.deploy import fixed_shape
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
-def fsd_latency(monkeypatch):
-    """benchmarks/fsd_latency.py loaded from its file (its folder first on the path, as when run as a script)."""
-    monkeypatch.syspath_prepend(str(REPO / 'benchmarks'))
-    spec = importlib.util.spec_from_file_location('fsd_latency', REPO / 'benchmarks' / 'fsd_latency.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def fsd_latency(load_benchmark):
+    """benchmarks/fsd_latency.py loaded from its file."""
+    return load_benchmark('fsd_latency')
 
 
 @pytest.mark.parametrize('detector, static, expected', [
