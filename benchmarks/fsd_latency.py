@@ -11,7 +11,7 @@ Peak memory of one preprocess + predict runs in a fresh subprocess per variant (
 
     python benchmarks/fsd_latency.py                              # both frames, 3 timed runs per variant
     python benchmarks/fsd_latency.py --quick                      # KITTI frame only, 1 timed run
-    python benchmarks/fsd_latency.py --checkpoint fsd=work_dirs/fsd/iter_1200.pth fsdv2=work_dirs/v2/iter_1000.pth
+    python benchmarks/fsd_latency.py --checkpoint fsd=work_dirs/fsd/iter_1000.pth fsdv2=work_dirs/v2/iter_1000.pth
     python benchmarks/fsd_latency.py --device cuda                # on a GPU, as deployed (see below)
 
 ``--device cuda`` runs the models as deployed on a GPU: the stage timers synchronise the device at both ends of

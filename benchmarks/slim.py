@@ -31,7 +31,7 @@ variants (not the control) learn the outputs of the family's ``distill`` module 
 that has fine-tuned runs slower, and that must not bill the slim variants' CPU time.
 
 Targets checked for FSD-lite: width 0.5 >= 2x faster on CPU; after a fine-tune of <= 15 CPU minutes,
-within 5 AP points of the original. Give a well-trained original: the 1200-iteration demo schedule is far from it,
+within 5 AP points of the original. Give a well-trained original: the 1000-iteration demo schedule is far from it,
 and any fine-tune then looks like a gain (``tools/train.py configs/fsd/fsdlite_synthetic.py --cfg-options
 train_cfg.max_iters=10000 train_cfg.val_interval=10000`` trains a longer one). The control fine-tune of a run
 is written to ``OUT/fsd/finetune/original/iter_5000.pth`` and can be the next run's original. The drop is taken

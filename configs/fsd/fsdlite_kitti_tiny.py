@@ -6,6 +6,6 @@
 _base_ = ['../_base_/detection/kitti_tiny_det.py', './fsdlite_model.py']
 
 model = dict(point_range={{_base_.point_range}})
-load_from = 'work_dirs/fsdlite_synthetic/iter_1200.pth'
+load_from = 'work_dirs/fsdlite_synthetic/iter_1000.pth'
 # the synthetic model's foreground is already trained: no top-k warm-up (the model base's hook)
 custom_hooks = [dict(type='FSDWarmupHook', enable_after_iter=0, threshold_buffer=0.2, buffer_iter=0)]
