@@ -254,7 +254,7 @@ def plot_stages_ort_against_eager(payload, path):
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, (name, r) in zip(axes[0], results.items()):
-        stages = [s for s in dict.fromkeys(list(r['ort_ms']) + list(r['eager_ms'])) if s != 'total']
+        stages = r.get('stages') or [s for s in dict.fromkeys(list(r['ort_ms']) + list(r['eager_ms'])) if s != 'total']
         ys = range(len(stages))
         ax.barh([y - 0.2 for y in ys], [r['eager_ms'].get(s, 0.0) for s in stages], 0.4, label='eager')
         ax.barh([y + 0.2 for y in ys], [r['ort_ms'].get(s, 0.0) for s in stages], 0.4, label='ONNX Runtime')

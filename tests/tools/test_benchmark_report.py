@@ -21,7 +21,8 @@ DEPLOY = {'benchmark': 'deploy_latency', 'threads': 1, 'repeat': 3, 'margin': No
 STAGES = {'benchmark': 'deploy_stages', 'threads': 1, 'repeat': 5, 'weights': 'random', 'results': {
     'fsd': {'eager_ms': {'backbone': 27.4, 'sir': 15.2, 'other': 3.3, 'total': 45.9},
             'ort_ms': {'host_pre_ops': 3.0, 'backbone': 75.3, 'sir': 14.7, 'refiner': 28.3, 'total': 121.3},
-            'graph_wall_ms': 118.0, 'tier': 0.55, 'boxes': 0}}}
+            'graph_wall_ms': 118.0, 'tier': 0.55, 'boxes': 0,
+            'stages': ['host_pre_ops', 'backbone', 'sir', 'refiner', 'other']}}}
 
 
 def write_log(path, *payloads, noise='torch 2.13.0, 1 thread\n| a | b |\n'):

@@ -33,8 +33,8 @@ def test_node_stage_follows_the_submodule_scope(deploy_stages, scopes, stage):
 
 def test_stage_rows_in_pipeline_order_with_ratios(deploy_stages):
     result = dict(eager_ms=dict(vfe=4.0, backbone=20.0, other=1.0, total=25.0),
-                  ort_ms=dict(host_pre_ops=2.0, backbone=30.0, vfe=2.0, fused=1.0, total=35.0))
+                  ort_ms=dict(host_pre_ops=2.0, backbone=30.0, vfe=2.0, fused=1.0, graph_rest=-0.5, total=35.0))
     rows = deploy_stages.stage_rows(result)
-    assert [r[0] for r in rows] == ['host_pre_ops', 'vfe', 'backbone', 'fused', 'other', 'total']
+    assert [r[0] for r in rows] == ['host_pre_ops', 'vfe', 'backbone', 'fused', 'graph_rest', 'other', 'total']
     assert rows[2] == ['backbone', '20.0', '30.0', '1.50x'] and rows[0][3] == '-'
     assert rows[-1] == ['total', '25.0', '35.0', '1.40x']
