@@ -89,9 +89,9 @@ def test_hook_iterations_follow_the_schedule(tools, logged):
     asserts it starts before the run ends), an explicit hook override wins, and the log says so."""
     cfg = load_config(str(tools.repo / 'configs/fsd/fsdlite_synthetic.py'), {'max_iters': 40})
     warmup, ema = cfg.custom_hooks
-    assert (warmup.type, warmup.enable_after_iter, warmup.buffer_iter) == ('FSDWarmupHook', 7, 7)
-    assert (ema.type, ema.begin_iter, ema.momentum) == ('EMAHook', 10, 0.002)
-    assert 'custom_hooks.1 (EMAHook) begin_iter 300 -> 10' in logged[0]
+    assert (warmup.type, warmup.enable_after_iter, warmup.buffer_iter) == ('FSDWarmupHook', 8, 8)  # 200 x 40 / 1000
+    assert (ema.type, ema.begin_iter, ema.momentum) == ('EMAHook', 12, 0.002)
+    assert 'custom_hooks.1 (EMAHook) begin_iter 300 -> 12' in logged[0]
     cfg = load_config(str(tools.repo / 'configs/fsd/fsdlite_synthetic.py'),
                       {'max_iters': 40, 'custom_hooks.1.begin_iter': 30})
-    assert cfg.custom_hooks[1].begin_iter == 30 and cfg.custom_hooks[0].enable_after_iter == 7
+    assert cfg.custom_hooks[1].begin_iter == 30 and cfg.custom_hooks[0].enable_after_iter == 8
