@@ -37,6 +37,7 @@ from deploy_latency import CASES, DEFAULT_TIERS
 from fsdlite.deploy import DeployedModel, export_model, prepare
 from fsdlite.deploy.adapter import Frame
 from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
+from fsdlite.deploy.onnx_io import OrtGraph
 from fsdlite.engine.tool_setup import number
 
 DETECTORS = {name: case for name, case in CASES.items() if case['frame']}
@@ -60,20 +61,14 @@ def node_stage(node):
 def profile_graph(path, inputs, threads, repeat, work_dir):
     """Mean milliseconds per stage of one ONNX graph over ``repeat`` profiled runs (after one warm-up)."""
     stage_of = {n.name: node_stage(n) for n in onnx.load(path, load_external_data=False).graph.node}
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry('session.intra_op.allow_spinning', '0')
-    options.log_severity_level = 3
-    options.enable_profiling, options.profile_file_prefix = True, str(Path(work_dir) / 'ort_profile')
-    session = ort.InferenceSession(path, options, providers=['CPUExecutionProvider'])
-    feeds = {i.name: inputs[i.name].detach().cpu().contiguous().numpy() for i in session.get_inputs()}
-    session.run(None, feeds)
-    session.end_profiling()  # the warm-up's events go to a first file
-    session = ort.InferenceSession(path, options, providers=['CPUExecutionProvider'])
+    prefix = Path(work_dir) / 'ort_profile'
+    warm = OrtGraph(path, threads, profile_prefix=prefix)
+    warm(inputs)
+    warm.session.end_profiling()  # the warm-up's events go to a file of their own
+    graph = OrtGraph(path, threads, profile_prefix=prefix)
     for _ in range(repeat):
-        session.run(None, feeds)
-    with open(session.end_profiling()) as f:
+        graph(inputs)
+    with open(graph.session.end_profiling()) as f:
         events = json.load(f)
     ms = Counter()
     for event in events:
@@ -112,7 +107,6 @@ def measure(case, threads, repeat, work_dir, checkpoint='random'):
     eager = eager_stages(adapter, data, repeat)
     with torch.inference_mode():
         boxes = len(adapter.eager(data)[0].pred_instances_3d.scores_3d)
-    with torch.inference_mode():
         deployed.run(data)
         runs = [deployed.run(data) for _ in range(repeat)]
         tier = next(t for t in deployed.tiers if t.scale == runs[-1].tier)

@@ -57,9 +57,11 @@ class OrtGraph:
     Args:
         path (str | Path): the .onnx file.
         threads (int): intra-op threads (default 1, the tests' and benchmarks' setting).
+        profile_prefix (str, optional): profile every node (``SessionOptions.enable_profiling``) into a JSON file
+            starting with this prefix; ``self.session.end_profiling()`` closes it and returns its path.
     """
 
-    def __init__(self, path, threads=1):
+    def __init__(self, path, threads=1, profile_prefix=None):
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads)
@@ -71,6 +73,8 @@ class OrtGraph:
         # host pre-/post-ops that run between graph calls (docs/benchmarks.md has the measurement).
         options.add_session_config_entry('session.intra_op.allow_spinning', '0')
         options.log_severity_level = 3  # constant-folding notices about CastLike are harmless
+        if profile_prefix is not None:
+            options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
         self.path = str(path)
         try:
             self.session = ort.InferenceSession(self.path, options, providers=['CPUExecutionProvider'])

@@ -1,10 +1,13 @@
 """Graph checks: only standard-domain ops, no data-dependent ops, static shapes, opset >= 18."""
+import json
+
 import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
 
 from fsdlite.deploy import DeployGraphError, check_graph, export_graph, require_deployable
+from fsdlite.deploy.onnx_io import OrtGraph
 
 
 def make_model(op='Relu', domain='', dims=(2, 3), opset=18, extra_domain=None):
@@ -74,7 +77,6 @@ def test_export_graph_argument_errors(tmp_path):
 def test_ort_graph_runs_by_name_without_idle_spinning(tmp_path):
     """OrtGraph feeds and reads by name; its intra-op workers do not spin between runs (they would take the cores
     from the host pre-ops of the next frame)."""
-    from fsdlite.deploy.onnx_io import OrtGraph
     path = tmp_path / 'relu.onnx'
     onnx.save(make_model('Relu'), str(path))
     graph = OrtGraph(path, threads=2)
@@ -85,3 +87,18 @@ def test_ort_graph_runs_by_name_without_idle_spinning(tmp_path):
     assert options.get_session_config_entry('session.intra_op.allow_spinning') == '0'
     with pytest.raises(KeyError, match='missing inputs'):
         graph({})
+
+
+def test_ort_graph_profiles_its_nodes_on_request(tmp_path):
+    """With ``profile_prefix`` every node's kernel time goes to a JSON profile (benchmarks/deploy_stages.py bills
+    them to the detector's stages); without it nothing is profiled."""
+    path = tmp_path / 'relu.onnx'
+    onnx.save(make_model('Relu'), str(path))
+    assert not OrtGraph(path).session.get_session_options().enable_profiling
+    graph = OrtGraph(path, profile_prefix=tmp_path / 'prof')
+    graph(dict(x=torch.ones(2, 3)))
+    profile = graph.session.end_profiling()
+    assert profile.startswith(str(tmp_path / 'prof'))
+    with open(profile) as f:
+        kernels = [e for e in json.load(f) if e.get('cat') == 'Node' and e['name'].endswith('_kernel_time')]
+    assert [e['args']['op_name'] for e in kernels] == ['Relu']
