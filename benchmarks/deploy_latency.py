@@ -67,13 +67,15 @@ DEFAULT_TIERS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.85)
 
 
 def without_refiner_case(case, work_dir):
-    """A copy of a detector ``case`` without its second stage (``model.refiner=None``; the rest, the bounds and the
-    other weights of its ``checkpoint`` unchanged), so the refiner's cost shows beside it; None when the case has no
-    refiner."""
+    """A copy of a detector ``case`` without its second stage (``model.refiner=None``; the rest, the bounds but the
+    refiner's and the other weights of its ``checkpoint`` unchanged), so the refiner's cost shows beside it; None
+    when the case has no refiner."""
     cfg = Config.fromfile(case['config'])
     if cfg.model.get('refiner') is None:
         return None
     cfg.model.refiner = None
+    if cfg.model.get('bounds') is not None:
+        cfg.model.bounds.pop('max_refiner_pairs', None)
     out = Path(work_dir) / f'{case["key"]}_no_refiner'
     out.mkdir(parents=True, exist_ok=True)
     cfg.dump(out / 'config.py')

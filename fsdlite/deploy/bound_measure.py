@@ -3,7 +3,8 @@
 The model declares its bounds once (``model.bound_schema()``); this module measures each of them for one
 preprocessed batch: points, the voxels of every level of every UNet the schema names (as spconv's
 ``record_voxel_count``), the rulebook pairs of every conv slot, foreground points per class, the instance stage's
-sizes and the boxes above the score threshold.  ``tools/collect_bounds.py`` and the detector's deploy adapter use it.
+sizes, the boxes above the score threshold and the box refiner's pairs.  ``tools/collect_bounds.py`` and the
+detector's deploy adapter use it.
 """
 import torch
 
@@ -23,9 +24,17 @@ def _cc_iters(model, inputs, run):
                                       bounds=(p, None)).cc_iters)
 
 
-#: instance-stage bounds measured from the dynamic run (``run``: ``fg`` foreground, ``inst`` instances); the UNet
-#: levels and pairs of a schema are measured generically
-INSTANCE_MEASURES = {'max_clusters': _clusters, 'max_cc_iters': _cc_iters}
+def _refiner_pairs(model, inputs, run):
+    selected = model.bbox_head.select(run['cls_logits'], run['box_codes'], run['inst'].xyz, run['inst'].batch,
+                                      run['inst'].labels)
+    if not selected['boxes'].shape[0]:
+        return 0
+    return int(model.refiner_pairs(inputs, run['fg'], selected)[2].box.numel())
+
+
+#: graph-stage bounds measured from the dynamic run (``run``: ``fg`` foreground, ``inst`` instances, the box head's
+#: ``cls_logits`` and ``box_codes``); the UNet levels and pairs of a schema are measured generically
+GRAPH_MEASURES = {'max_clusters': _clusters, 'max_cc_iters': _cc_iters, 'max_refiner_pairs': _refiner_pairs}
 
 
 @torch.no_grad()
@@ -41,7 +50,7 @@ def measure_bounds(model, inputs):
     needed = {s.name: ([0] * s.entries if s.entries else 0) for s in schema}
     needed['max_points'] = int(inputs['points'].shape[0])
     unmeasurable = [s.name for s in schema if s.unet is None and s.pairs_of is None and s.name not in
-                    ('max_points', 'max_fg_points', 'max_boxes', *INSTANCE_MEASURES)]
+                    ('max_points', 'max_fg_points', 'max_boxes', *GRAPH_MEASURES)]
     if unmeasurable:
         raise NotImplementedError(f'{schema.owner}: no measurement of bounds {unmeasurable}')
     unets = {s.name: getattr(model, s.unet) for s in schema if s.unet is not None}
@@ -57,12 +66,12 @@ def measure_bounds(model, inputs):
     finally:
         for h in hooks:
             h.remove()
-    run = dict(fg=fg, inst=inst)
+    run = dict(fg=fg, inst=inst, cls_logits=cls_logits, box_codes=box_codes)
     per = torch.bincount(fg.batch * c + fg.class_id, minlength=inputs['batch_size'] * c)
     needed['max_fg_points'] = per.view(-1, c).max(0).values.tolist()
     scores = model.bbox_head.decode(cls_logits, box_codes, inst.xyz, inst.labels)[1]
     needed['max_boxes'] = int((scores > model.bbox_head.test_cfg['score_thr']).sum())
-    for name, measure in INSTANCE_MEASURES.items():
+    for name, measure in GRAPH_MEASURES.items():
         if name in needed:
             needed[name] = measure(model, inputs, run)
     for name, unet in unets.items():  # the voxels of every level (spconv's record count)
@@ -89,4 +98,4 @@ def bounds_with_margin(model, maxima, margin):
     return bounds
 
 
-__all__ = ['INSTANCE_MEASURES', 'bounds_with_margin', 'measure_bounds']
+__all__ = ['GRAPH_MEASURES', 'bounds_with_margin', 'measure_bounds']

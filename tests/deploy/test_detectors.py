@@ -36,7 +36,7 @@ def test_fsd_export_writes_a_deployable_folder(fsd_export):
     assert info['inputs'][0]['shape'] == [info['bounds']['max_points'], 4]
     pair_inputs = [e for e in info['inputs'] if e['name'].startswith('nbr_')]  # the UNet runs on pair lists
     assert len(info['bounds']['max_pairs']) == 5 and all(e['shape'][0] == 3 for e in pair_inputs)
-    assert info['dropped_names'][-1] == 'max_boxes'
+    assert info['dropped_names'][-2:] == ['max_boxes', 'max_refiner_pairs']  # the refiner's pairs come packed
     assert 'BatchNormalization' not in info['graph']['op_counts']  # folded into the layers at export
     assert any('NMS' in t for t in info['outside_graph']['post_ops'])
     report = (fsd_export.out_dir / 'report.md').read_text()

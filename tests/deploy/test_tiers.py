@@ -116,9 +116,14 @@ def test_run_on_tiers_moves_on_when_the_graph_overflows_a_scaled_bound():
 
 @pytest.fixture(scope='module')
 def tiered_export(tiny, kitti_frame, tmp_path_factory):
-    """Tiny FSD-lite, bounds = KITTI 000008's needs x 1.5, tiers 0.5 and 0.8 (the frame needs 0.67)."""
+    """Tiny FSD-lite, bounds = KITTI 000008's needs x 1.5, tiers 0.5 and 0.8 (the frame needs 0.67). Its random
+    weights keep every box, so the refiner takes them all: its pairs then follow the frame's size as they do for a
+    trained model (the best 64 of hundreds of boxes would not)."""
     out = tmp_path_factory.mktemp('fsd_tiers')
-    return export_model(tiny.configs['fsd'], 'random', out, cfg_options=tiny.options['fsd'], frames=[kitti_frame],
+    refiner = dict(type='BoxRefiner', sir=dict(block_channels=((64, 64), (64, 64)), rel_channels=(16,)),
+                   shared_channels=(128,), max_boxes=1024)  # the config's, every box refined
+    options = dict(tiny.options['fsd'], **{'model.refiner': refiner})
+    return export_model(tiny.configs['fsd'], 'random', out, cfg_options=options, frames=[kitti_frame],
                         tiers=(0.8, 0.5))
 
 

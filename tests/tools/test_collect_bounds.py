@@ -30,7 +30,8 @@ def test_collect_bounds_measures_and_bounds_reproduce_dynamic(tools, capsys):
     out = capsys.readouterr().out
     assert 'RANDOM weights' in out and f'bounds = dict(max_points={bounds["max_points"]}' in out
     assert sorted(bounds) == ['max_boxes', 'max_cc_iters', 'max_clusters', 'max_fg_points', 'max_pairs', 'max_points',
-                              'max_voxels']
+                              'max_refiner_pairs', 'max_voxels']
+    assert bounds['max_refiner_pairs'] > 1  # score_thr 0: boxes are selected, the refiner packs their pairs
     assert len(bounds['max_pairs']) == 5 and min(bounds['max_pairs']) > 0
     assert len(bounds['max_voxels']) == 3 and all(v <= b for v, b in zip(bounds['max_fg_points'], [300, 100, 100]))
     cfg = Config.fromfile(str(tools.repo / CONFIG))

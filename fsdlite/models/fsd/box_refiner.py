@@ -14,6 +14,7 @@ each ground-truth box with noise; a box regresses the ground-truth box of its sa
 BEV, if that IoU reaches ``pos_iou``. Scores are not changed.
 """
 import math
+from typing import NamedTuple
 
 import torch
 from mmengine.model import BaseModule
@@ -25,6 +26,7 @@ from ...registry import MODELS
 from ...structures import bottom_to_gravity
 from ..layers.execution import execution_mode, gather
 from ..layers.static_ops import gather_rows, masked_topk
+from .indexing import mask_to_padded_index
 from .sir import SIR, linear_norm_act
 
 RESIDUAL_SIZE = 7
@@ -84,32 +86,50 @@ def box_point_pairs(xyz, point_batch, boxes, box_batch, enlarge_xy, enlarge_z, m
     return box, point, local
 
 
-def box_point_slots(xyz, point_batch, point_valid, boxes, box_batch, box_valid, enlarge_xy, enlarge_z, max_points):
-    """Fixed shapes: :func:`box_point_pairs` as ``max_points`` slots per box (the same points, in another order).
+class BoxPointPairs(NamedTuple):
+    """The (box, point) pairs a :class:`BoxRefiner` encodes (P of them; in the fixed execution mode padded, empty
+    rows pointing at the dump box M and dump point N)."""
+    box: torch.Tensor      #: (P,) int64 box row
+    point: torch.Tensor    #: (P,) int64 point row
+    local: torch.Tensor    #: (P, 3) the point in the box frame (:func:`box_frame`; zeros in empty rows)
+    dropped: torch.Tensor  #: () int64 pairs over the ``max_pairs`` bound of the fixed mode (else 0)
+
+
+def box_point_slots(xyz, point_batch, point_valid, boxes, box_batch, box_valid, enlarge_xy, enlarge_z, max_points,
+                    max_pairs=None, strict=None):
+    """Fixed shapes: :func:`box_point_pairs` as ``max_points`` slots per box (the same points, in another order),
+    optionally packed into ``max_pairs`` rows (the boxes' real pairs first, in slot order).
 
     Args:
         xyz, point_batch: as :func:`box_point_pairs`; point_valid (Tensor): (N,) bool real (not padding) points.
         boxes, box_batch: as :func:`box_point_pairs`; box_valid (Tensor): (M,) bool real boxes.
+        max_pairs (int, optional): rows of the result (the bound ``max_refiner_pairs``); default M * S.
+        strict (bool, optional): raise :class:`~fsdlite.structures.bounds.BoundExceededError` when more pairs
+            than ``max_pairs`` are real (default: eager mode); otherwise the last ones are dropped and counted.
     Returns:
-        tuple: ``box`` (M * S,) int64 (M: empty slot), ``point`` (M * S,) int64 (N: empty slot) and ``local``
-        (M * S, 3) (zeros in empty slots), S = ``max_points``.
+        BoxPointPairs: P = ``max_pairs`` or M * S rows, S = ``max_points``.
     """
     num_boxes, num_points = boxes.shape[0], xyz.shape[0]
     centre = bottom_to_gravity(boxes)
-    d = xyz[None, :, :] - centre[:, None, :3]                                   # (M, N, 3)
+    # (M, N) per coordinate, not (M, N, 3): ONNX Runtime broadcasts a last axis of 3 element by element
+    dx, dy, dz = (xyz[None, :, i] - centre[:, i:i + 1] for i in range(3))
     c, s = torch.cos(boxes[:, 6:7]), torch.sin(boxes[:, 6:7])
-    u, v = d[..., 0] * c + d[..., 1] * s, -d[..., 0] * s + d[..., 1] * c
+    u, v = dx * c + dy * s, -dx * s + dy * c
     half = 0.5 * boxes[:, 3:6]
     inside = ((u.abs() <= half[:, 0:1] + enlarge_xy) & (v.abs() <= half[:, 1:2] + enlarge_xy)
-              & (d[..., 2].abs() <= half[:, 2:3] + enlarge_z) & (box_batch[:, None] == point_batch[None, :])
+              & (dz.abs() <= half[:, 2:3] + enlarge_z) & (box_batch[:, None] == point_batch[None, :])
               & point_valid[None, :] & box_valid[:, None])
     key = point_rank_key(torch.arange(num_points, device=xyz.device)).to(xyz.dtype)
     top = masked_topk(-key.expand(num_boxes, num_points), max_points, valid=inside)  # lowest keys first
     point = top.indices.reshape(-1)
     owner = torch.arange(num_boxes, device=xyz.device).repeat_interleave(max_points)
+    dropped = torch.zeros((), dtype=torch.long, device=xyz.device)
+    if max_pairs is not None:  # the real slots first: the encoder then runs on max_pairs rows, not M * S
+        slot, _, dropped = mask_to_padded_index(point < num_points, max_pairs, 'max_refiner_pairs', strict=strict)
+        point, owner = gather_rows(point, slot, fill=num_points), gather_rows(owner, slot, fill=num_boxes)
     box = torch.where(point < num_points, owner, torch.full_like(owner, num_boxes))
     local = box_frame(gather_rows(xyz, point), gather_rows(boxes, box))
-    return box, point, local
+    return BoxPointPairs(box, point, local, dropped)
 
 
 @MODELS.register_module()
@@ -166,16 +186,23 @@ class BoxRefiner(BaseModule):
         nn.init.zeros_(self.reg.bias)
         self.loss_bbox = MODELS.build(dict(loss_bbox))
 
-    def forward(self, points, point_probs, point_batch, boxes, box_batch, labels, point_valid=None, box_valid=None):
-        """Residuals (M, 7) of boxes (M, 7) of classes ``labels`` (M,) from points (N, C) with foreground
-        probabilities (N, K) and sample ids (N,); zeros for a box with no point around it. In the fixed execution
-        mode ``point_valid`` (N,) and ``box_valid`` (M,) mark the real rows (:func:`box_point_slots`)."""
+    def pairs(self, xyz, point_batch, boxes, box_batch, point_valid=None, box_valid=None, max_pairs=None,
+              strict=None):
+        """The (box, point) pairs the encoder sees, points (N, 3) and sample ids (N,), boxes (M, 7) and sample ids
+        (M,): :func:`box_point_pairs`, in the fixed execution mode :func:`box_point_slots` (``point_valid`` (N,) and
+        ``box_valid`` (M,) mark the real rows; ``max_pairs``: its rows). Returns :class:`BoxPointPairs`."""
         if execution_mode() == 'fixed':
-            box, point, local = box_point_slots(points[:, :3], point_batch, point_valid, boxes, box_batch, box_valid,
-                                                *self.enlarge, self.max_points)
-        else:
-            box, point, local = box_point_pairs(points[:, :3], point_batch, boxes, box_batch, *self.enlarge,
-                                                max_points=self.max_points)
+            return box_point_slots(xyz, point_batch, point_valid, boxes, box_batch, box_valid, *self.enlarge,
+                                   self.max_points, max_pairs, strict)
+        box, point, local = box_point_pairs(xyz, point_batch, boxes, box_batch, *self.enlarge,
+                                            max_points=self.max_points)
+        return BoxPointPairs(box, point, local, box.new_zeros(()))
+
+    def forward(self, points, point_probs, boxes, labels, pairs):
+        """Residuals (M, 7) of boxes (M, 7) of classes ``labels`` (M,) from points (N, C) with foreground
+        probabilities (N, K) and the boxes' :class:`BoxPointPairs` (:meth:`pairs`); zeros for a box with no
+        point around it."""
+        box, point, local = pairs.box, pairs.point, pairs.local
         dims = gather(boxes, box)[:, 3:6].clamp(min=1e-3)  # gather: the empty slots of the fixed mode read zeros
         feats = torch.cat([local / (0.5 * dims), gather(points, point)[:, 3:], local, gather(point_probs, point)],
                           dim=1)
@@ -200,12 +227,11 @@ class BoxRefiner(BaseModule):
         return torch.stack([boxes[:, 0] + du * c - dv * s, boxes[:, 1] + du * s + dv * c, centre_z - 0.5 * dims[:, 2],
                             dims[:, 0], dims[:, 1], dims[:, 2], boxes[:, 6] + residuals[:, 6]], dim=1)
 
-    def refine(self, points, point_probs, point_batch, boxes, box_batch, labels, point_valid=None, box_valid=None):
+    def refine(self, points, point_probs, boxes, labels, pairs):
         """Refined boxes (M, 7) (arguments of :meth:`forward`)."""
         if not boxes.shape[0]:
             return boxes
-        return self.decode(boxes, self.forward(points, point_probs, point_batch, boxes, box_batch, labels,
-                                               point_valid, box_valid))
+        return self.decode(boxes, self.forward(points, point_probs, boxes, labels, pairs))
 
     def training_boxes(self, proposals, proposal_batch, proposal_labels, gt):
         """The first stage's boxes plus noisy ground-truth copies: (boxes (M, 7), batch (M,), labels (M,))."""
@@ -239,6 +265,7 @@ class BoxRefiner(BaseModule):
         targets, pos = self.get_targets(boxes, batch, labels, gt)
         keep = pos.nonzero()[:, 0]  # boxes without a target teach nothing: leave them out
         boxes, batch, labels, targets = (t.index_select(0, keep) for t in (boxes, batch, labels, targets))
-        residuals = self.forward(points, point_probs, point_batch, boxes, batch, labels)
+        pairs = self.pairs(points[:, :3], point_batch, boxes, batch)
+        residuals = self.forward(points, point_probs, boxes, labels, pairs)
         loss = self.loss_bbox(residuals, self.encode(boxes, targets).detach(), avg_factor=max(keep.numel(), 1))
         return dict(loss_refine=loss, num_refine_pos=torch.tensor(float(keep.numel()), device=boxes.device))

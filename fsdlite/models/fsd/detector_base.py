@@ -190,27 +190,47 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
                                             for k in ('boxes', 'scores', 'labels', 'batch'))
         return self.to_samples(boxes, scores, labels, batch, inputs['batch_size'], data_samples)
 
+    def refiner_pairs(self, inputs, fg, selected):
+        """The boxes the refiner takes from ``selected`` (``ClusterHead.select``'s dict, non-empty): ``top`` (R,)
+        their rows, the refiner's ``max_boxes`` highest-scoring ones (the fixed mode's padding rows rank last and
+        are marked in ``box_valid``), and their :class:`~fsdlite.models.fsd.box_refiner.BoxPointPairs` with the
+        foreground points ``fg`` (the fixed mode packs them into the ``max_refiner_pairs`` bound, if given).
+
+        Returns:
+            tuple: ``top`` (R,) int64, ``box_valid`` (R,) bool or None (dynamic mode), the pairs.
+        """
+        xyz = gather(inputs['points'], fg.point_index)[:, :3]
+        boxes, scores, box_batch = selected['boxes'], selected['scores'], selected['batch']
+        take = min(self.refiner.max_boxes, boxes.shape[0])
+        if execution_mode() == 'dynamic':
+            top = scores.topk(take).indices
+            return top, None, self.refiner.pairs(xyz, fg.batch, boxes.index_select(0, top),
+                                                 box_batch.index_select(0, top))
+        box_valid = torch.arange(boxes.shape[0], device=boxes.device) < selected['num_boxes']
+        top = torch.where(box_valid, scores, torch.full_like(scores, -math.inf)).topk(take).indices
+        box_valid = box_valid.index_select(0, top)
+        point_valid = torch.arange(fg.point_index.shape[0], device=xyz.device) < fg.num_valid
+        max_pairs = self.bounds['max_refiner_pairs'] if 'max_refiner_pairs' in self.bounds else None
+        return top, box_valid, self.refiner.pairs(xyz, fg.batch, boxes.index_select(0, top),
+                                                  box_batch.index_select(0, top), point_valid, box_valid, max_pairs,
+                                                  inputs['strict'])
+
     def refine(self, inputs, seg_outputs, fg, selected):
         """The selected boxes (``ClusterHead.select``'s dict) with ``boxes`` moved by the refiner, if the model has
         one, from the foreground points ``fg`` around them (before NMS, in either execution mode; the fixed mode's
-        padding rows stay padding). Only the refiner's ``max_boxes`` highest-scoring boxes are refined."""
+        padding rows stay padding), and ``refiner_dropped`` the pairs over the fixed mode's ``max_refiner_pairs``.
+        Only the refiner's ``max_boxes`` highest-scoring boxes are refined (:meth:`refiner_pairs`)."""
         if self.refiner is None or not selected['boxes'].shape[0]:
             return selected
+        top, box_valid, pairs = self.refiner_pairs(inputs, fg, selected)
         points, probs = (gather(t, fg.point_index) for t in (inputs['points'], seg_outputs['seg_logits'].sigmoid()))
-        boxes, scores, valid = selected['boxes'], selected['scores'], {}
-        if execution_mode() == 'fixed':  # padding rows rank last and are not refined
-            box_valid = torch.arange(boxes.shape[0], device=boxes.device) < selected['num_boxes']
-            scores = torch.where(box_valid, scores, torch.full_like(scores, -math.inf))
-        top = scores.topk(min(self.refiner.max_boxes, boxes.shape[0])).indices
-        if execution_mode() == 'fixed':
-            valid = dict(point_valid=torch.arange(fg.point_index.shape[0], device=points.device) < fg.num_valid,
-                         box_valid=box_valid.index_select(0, top))
+        boxes = selected['boxes']
         chosen = boxes.index_select(0, top)
-        refined = self.refiner.refine(points, probs, fg.batch, chosen, selected['batch'].index_select(0, top),
-                                      selected['labels'].index_select(0, top), **valid)
-        if valid:
-            refined = torch.where(valid['box_valid'][:, None], refined, chosen)
-        return dict(selected, boxes=boxes.scatter(0, top[:, None].expand(-1, boxes.shape[1]), refined))
+        refined = self.refiner.refine(points, probs, chosen, selected['labels'].index_select(0, top), pairs)
+        if box_valid is not None:
+            refined = torch.where(box_valid[:, None], refined, chosen)
+        return dict(selected, boxes=boxes.scatter(0, top[:, None].expand(-1, boxes.shape[1]), refined),
+                    refiner_dropped=pairs.dropped)
 
     @staticmethod
     def to_samples(boxes, scores, labels, batch, batch_size, data_samples=None):

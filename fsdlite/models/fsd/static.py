@@ -36,7 +36,8 @@ class StaticDetectorMixin:
 
         Pre-ops: ``max_points``; ``max_voxels`` per first-stage UNet level; optional ``max_pairs`` per
         ``ConvPlan.pair_slots`` entry (the first-stage neighbour maps become pair lists: only real pairs are gathered
-        and multiplied).  Graph: ``max_fg_points`` per class, the detector's :meth:`instance_bounds`, ``max_boxes``.
+        and multiplied).  Graph: ``max_fg_points`` per class, the detector's :meth:`instance_bounds`, ``max_boxes``,
+        the :meth:`refiner_bounds`.
         """
         return BoundSchema(type(self).__name__, (
             BoundSpec('max_points', stage='pre'),
@@ -45,16 +46,25 @@ class StaticDetectorMixin:
                       pairs_of='max_voxels'),
             BoundSpec('max_fg_points', self.num_classes),
             *self.instance_bounds(),
-            BoundSpec('max_boxes')))
+            BoundSpec('max_boxes'),
+            *self.refiner_bounds()))
 
     def instance_bounds(self):
         """The :class:`~fsdlite.structures.bound_schema.BoundSpec` of the detector's instance stage, in the order of
         the fixed-shape ``Instances.dropped``."""
         return ()
 
+    def refiner_bounds(self):
+        """With a box refiner, the optional ``max_refiner_pairs``: the (box, point) pairs it encodes, packed (else
+        every refined box has ``max_points`` rows). They follow the frame's foreground, so a tier scales them."""
+        if getattr(self, 'refiner', None) is None:
+            return ()
+        return (BoundSpec('max_refiner_pairs', optional=True, tier_scaled=True),)
+
     def dropped_names(self, stage):
-        """Names of the ``dropped`` counts of the pre-ops (``stage='pre'``, ``fsdlite.deploy.fixed_shape.StaticInputs.dropped``) or of the
-        fixed-shape forward (``'graph'``), for this model's bounds."""
+        """Names of the ``dropped`` counts of the pre-ops (``stage='pre'``,
+        ``fsdlite.deploy.fixed_shape.StaticInputs.dropped``) or of the fixed-shape forward (``'graph'``), for this
+        model's bounds."""
         return self.bound_schema().dropped_names(self.bounds or {}, stage)
 
     def uses_pair_lists(self):
@@ -95,7 +105,9 @@ class StaticDetectorMixin:
             sel = self.refine(inputs, seg, fg, self.bbox_head.select(cls_logits, box_codes, inst.xyz, inst.batch,
                                                                  inst.labels, valid=inst.valid,
                                                                  max_boxes=self.bounds['max_boxes'], strict=strict))
-        dropped = torch.cat([fg.dropped.to(sel['dropped']), inst.dropped.to(sel['dropped']), sel['dropped'].view(1)])
+        refiner = [sel['refiner_dropped'].view(1)] if 'max_refiner_pairs' in self.bounds else []
+        dropped = torch.cat([fg.dropped.to(sel['dropped']), inst.dropped.to(sel['dropped']), sel['dropped'].view(1),
+                             *refiner])
         return dict(boxes=sel['boxes'], scores=sel['scores'], labels=sel['labels'], batch=sel['batch'],
                     num_boxes=sel['num_boxes'], dropped=dropped, seg_logits=seg['seg_logits'], cls_logits=cls_logits,
                     box_codes=box_codes, instance_xyz=inst.xyz, instance_batch=inst.batch,

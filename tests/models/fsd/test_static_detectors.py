@@ -128,7 +128,7 @@ def _labels(needed):
                 yield key, (i if isinstance(value, list) else None)
 
 
-@pytest.mark.parametrize('name', ['fsd', 'fsdv2'])
+@pytest.mark.parametrize('name', ['fsd', 'fsdv2', 'fsd_refined'])
 def test_every_bound_raises_with_name_needed_and_allowed(kit, name):
     dynamic, inputs, needed = small_case(kit, name)
     checked = set()
