@@ -1,7 +1,7 @@
 """Deployed latency on CPU: PyTorch eager (dynamic shapes) vs PyTorch static (fixed shapes) vs ONNX Runtime.
 
-For every family one model at its configured widths (random weights, seed 0) is exported with
-``fsdlite.deploy.export_model`` and timed end to end on the same input, batch 1:
+For every family one model at its configured widths (trained weights with ``--checkpoint``, else random weights,
+seed 0) is exported with ``fsdlite.deploy.export_model`` and timed end to end on the same input, batch 1:
 
 * ``eager``  -- the original model's dynamic PyTorch inference as users run it (preprocessing, the default kernels:
   for the detectors' SparseUNet on the CPU the fused ``fsdlite.ops.sparse_conv``, NMS);
@@ -14,8 +14,8 @@ For every family one model at its configured widths (random weights, seed 0) is 
 
 A detector whose config has a box refiner (``BoxRefiner``, its second stage) is also timed without it (same
 bounds; ``--no-refiner-rows`` leaves these rows out). The detectors are also timed slimmed (``--slim-width``,
-default 0.5): ``fsdlite.slim`` cuts the random-weight model's channels (same bounds, same frame) and the slim
-config + weights go through the same export.
+default 0.5): ``fsdlite.slim`` cuts the model's channels (same bounds, same frame) and the slim config + weights go
+through the same export.
 
 Inputs: FSD-lite / FSDv2-lite on the KITTI 000008 frame (the KITTI static configs' bounds), VoxelNet on a
 simulated volume of its config, KPFCNN on a synthetic scene of its config.  The target is ONNX Runtime not
@@ -36,7 +36,13 @@ from mmengine.config import Config
 
 import _harness as h
 
+from fsdlite.deploy import DeployedModel, export_model, prepare
+from fsdlite.deploy.adapter import DeployAdapter, Frame
+from fsdlite.deploy.exporter import build_model
+from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
 from fsdlite.engine.tool_setup import number
+from fsdlite.slim.api import slim_config
+from fsdlite.slim.engine import SlimRequest
 
 CASES = {
     'FSD-lite': dict(key='fsd', config='configs/fsd/fsdlite_kitti_static.py', frame='kitti'),
@@ -50,9 +56,6 @@ def slim_case(case, width, work_dir):
     """A copy of a detector ``case`` whose config and weights are the width-``width`` slimming of its model (its
     ``checkpoint``, else random weights; ``fsdlite.slim``: importance-ranked channels, coupled layers cut alike;
     bounds unchanged)."""
-    from fsdlite.deploy.exporter import build_model
-    from fsdlite.slim.api import slim_config
-    from fsdlite.slim.engine import SlimRequest
     out = Path(work_dir) / f'{case["key"]}_slim'
     out.mkdir(parents=True, exist_ok=True)
     source = out / 'source.pth'  # the weights export_model(..., checkpoint) uses ('random': seed 0)
@@ -89,6 +92,30 @@ def without_refiner_case(case, work_dir):
     return plain
 
 
+def export_case(case, checkpoint, work_dir, threads, tiers, margin=None):
+    """Export one case (its frame, ``checkpoint`` or 'random'; a detector with capacity ``tiers``) into
+    ``work_dir/<key>`` and load the deploy folder with ``threads`` intra-op threads.
+
+    ``margin``: bounds measured on the input times ``margin`` instead of the configured / default ones.
+    Returns:
+        tuple: the adapter (bounds as exported, host state loaded), the frames, the ``ExportResult`` and the
+        ``DeployedModel``.
+    """
+    frames = None
+    if case['frame']:
+        frames = [Frame(case['frame'], [load_lidar_frame(case['frame'], 4)], LIDAR_FRAMES[case['frame']][2])]
+    _, adapter, frames, _ = prepare(case['config'], checkpoint, frames=frames)
+    if margin is not None:
+        bounds = type(adapter).measure_bounds(adapter.model, frames[:1], margin)
+        _, adapter, _, _ = prepare(case['config'], checkpoint, frames=frames, bounds=bounds)
+    out_dir = Path(work_dir) / case['key']
+    result = export_model(case['config'], checkpoint, out_dir, frames=frames[:1], bounds=adapter.bounds,
+                          tiers=tiers if adapter.tier_bound_names else ())
+    deployed = DeployedModel(out_dir, threads)
+    adapter.load_host_state(deployed.info['host_state'])
+    return adapter, frames, result, deployed
+
+
 def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
     """Export one case and time its three variants; returns a dict of milliseconds and the ORT stage split.
 
@@ -96,23 +123,8 @@ def measure(case, repeat, warmup, threads, work_dir, margin=None, tiers=()):
     capacity tier scales of the export (detectors).
     """
     checkpoint = case.get('checkpoint', 'random')
-    from fsdlite.deploy import DeployedModel, export_model, prepare
-    from fsdlite.deploy.adapter import DeployAdapter, Frame
-    from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
-    frames = None
-    if case['frame']:
-        frames = [Frame(case['frame'], [load_lidar_frame(case['frame'], 4)], LIDAR_FRAMES[case['frame']][2])]
-    _, adapter, frames, _ = prepare(case['config'], checkpoint, frames=frames)
-    bounds = adapter.bounds
-    if margin is not None:
-        bounds = type(adapter).measure_bounds(adapter.model, frames[:1], margin)
-        _, adapter, _, _ = prepare(case['config'], checkpoint, frames=frames, bounds=bounds)
-    out_dir = Path(work_dir) / case['key']
-    result = export_model(case['config'], checkpoint, out_dir, frames=frames[:1], bounds=bounds,
-                          tiers=tiers if adapter.tier_bound_names else ())
-    deployed = DeployedModel(out_dir, threads)
-    full = deployed.tiers[-1]
-    adapter.load_host_state(deployed.info['host_state'])
+    adapter, frames, result, deployed = export_case(case, checkpoint, work_dir, threads, tiers, margin)
+    bounds, full = adapter.bounds, deployed.tiers[-1]
     data = frames[0].data
 
     def static():

@@ -32,11 +32,8 @@ import torch
 
 import _harness as h
 from _stages import DETECTOR_STAGES, record_stages
-from deploy_latency import CASES, DEFAULT_TIERS
+from deploy_latency import CASES, DEFAULT_TIERS, export_case
 
-from fsdlite.deploy import DeployedModel, export_model, prepare
-from fsdlite.deploy.adapter import Frame
-from fsdlite.deploy.frames import LIDAR_FRAMES, load_lidar_frame
 from fsdlite.deploy.onnx_io import OrtGraph
 from fsdlite.engine.tool_setup import number
 
@@ -96,13 +93,7 @@ def eager_stages(adapter, data, repeat):
 
 def measure(case, threads, repeat, work_dir, checkpoint='random'):
     """Eager and ORT milliseconds per stage of one detector case (see the module docstring)."""
-    frames = [Frame(case['frame'], [load_lidar_frame(case['frame'], 4)], LIDAR_FRAMES[case['frame']][2])]
-    _, adapter, frames, _ = prepare(case['config'], checkpoint, frames=frames)
-    out_dir = Path(work_dir) / case['key']
-    export_model(case['config'], checkpoint, out_dir, frames=frames[:1], bounds=adapter.bounds,
-                 tiers=DEFAULT_TIERS if adapter.tier_bound_names else ())
-    deployed = DeployedModel(out_dir, threads)
-    adapter.load_host_state(deployed.info['host_state'])
+    adapter, frames, _, deployed = export_case(case, checkpoint, work_dir, threads, DEFAULT_TIERS)
     data = frames[0].data
     eager = eager_stages(adapter, data, repeat)
     with torch.inference_mode():
