@@ -84,14 +84,18 @@ def test_training_log_says_the_schedule_was_rescaled(trained_work_dir):
     assert '(CosineAnnealingLR) end 500 -> 4, T_max 500 -> 4' in log
 
 
-def test_hook_iterations_follow_the_schedule(tools, logged):
-    """The EMA start and the foreground warm-up of the FSD-lite demo config scale with the run (mmengine's EMAHook
-    asserts it starts before the run ends), an explicit hook override wins, and the log says so."""
-    cfg = load_config(str(tools.repo / 'configs/fsd/fsdlite_synthetic.py'), {'max_iters': 40})
+def test_hook_iterations_follow_the_schedule(tools, logged, tmp_path):
+    """The foreground warm-up of the FSD-lite demo config and a moving average added to it (mmengine's EMAHook
+    asserts it starts before the run ends) scale with the run, an explicit hook override wins, and the log says
+    so."""
+    config = tmp_path / 'fsdlite_ema.py'
+    config.write_text(f"_base_ = [{str(tools.repo / 'configs/fsd/fsdlite_synthetic.py')!r}]\n"
+                      "custom_hooks = [dict(type='FSDWarmupHook', enable_after_iter=200, threshold_buffer=0.2, "
+                      "buffer_iter=200), dict(type='EMAHook', momentum=0.002, begin_iter=300)]\n")
+    cfg = load_config(str(config), {'max_iters': 40})
     warmup, ema = cfg.custom_hooks
     assert (warmup.type, warmup.enable_after_iter, warmup.buffer_iter) == ('FSDWarmupHook', 8, 8)  # 200 x 40 / 1000
     assert (ema.type, ema.begin_iter, ema.momentum) == ('EMAHook', 12, 0.002)
     assert 'custom_hooks.1 (EMAHook) begin_iter 300 -> 12' in logged[0]
-    cfg = load_config(str(tools.repo / 'configs/fsd/fsdlite_synthetic.py'),
-                      {'max_iters': 40, 'custom_hooks.1.begin_iter': 30})
+    cfg = load_config(str(config), {'max_iters': 40, 'custom_hooks.1.begin_iter': 30})
     assert cfg.custom_hooks[1].begin_iter == 30 and cfg.custom_hooks[0].enable_after_iter == 8
