@@ -116,15 +116,17 @@ def test_run_on_tiers_moves_on_when_the_graph_overflows_a_scaled_bound():
 
 @pytest.fixture(scope='module')
 def tiered_export(tiny, kitti_frame, tmp_path_factory):
-    """Tiny FSD-lite, bounds = KITTI 000008's needs x 1.5, tiers 0.5 and 0.8 (the frame needs 0.67). Its random
-    weights keep every box, so the refiner takes them all: its pairs then follow the frame's size as they do for a
-    trained model (the best 64 of hundreds of boxes would not)."""
-    out = tmp_path_factory.mktemp('fsd_tiers')
-    refiner = dict(type='BoxRefiner', sir=dict(block_channels=((64, 64), (64, 64)), rel_channels=(16,)),
-                   shared_channels=(128,), max_boxes=1024)  # the config's, every box refined
-    options = dict(tiny.options['fsd'], **{'model.refiner': refiner})
-    return export_model(tiny.configs['fsd'], 'random', out, cfg_options=options, frames=[kitti_frame],
-                        tiers=(0.8, 0.5))
+    """Tiny FSD-lite, tiers 0.5 and 0.8, bounds = KITTI 000008's needs x 1.5 (the frame needs 0.67 of them) but for
+    the refiner's pairs: twice what the frame or its left half needs. The random weights' boxes, the best 64 of
+    hundreds, do not thin out with the frame as a trained model's do, and that bound alone would send the half frame
+    to the larger tier."""
+    def needs(frame):  # x 1.5, as the exporter measures them
+        return prepare(tiny.configs['fsd'], 'random', cfg_options=tiny.options['fsd'], frames=[frame])[1].bounds
+
+    bounds, half = needs(kitti_frame), needs(half_frame(kitti_frame))
+    bounds['max_refiner_pairs'] = 2 * max(bounds['max_refiner_pairs'], half['max_refiner_pairs'])
+    return export_model(tiny.configs['fsd'], 'random', tmp_path_factory.mktemp('fsd_tiers'),
+                        cfg_options=tiny.options['fsd'], frames=[kitti_frame], bounds=bounds, tiers=(0.8, 0.5))
 
 
 def half_frame(frame):

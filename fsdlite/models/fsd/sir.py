@@ -22,9 +22,10 @@ LN_CFG = dict(type='LN')
 GELU_CFG = dict(type='GELU')
 
 
-def linear_norm_act(in_channels, out_channels):
-    """Linear (no bias) + LayerNorm + GELU, the layer of SIR and the cluster head."""
-    return LinearNormAct(in_channels, out_channels, norm_cfg=LN_CFG, act_cfg=GELU_CFG)
+def linear_norm_act(in_channels, out_channels, bias=False):
+    """Linear + LayerNorm + GELU, the layer of SIR and the cluster head; ``bias`` for a layer fed positions
+    (:class:`~fsdlite.models.layers.mlp.LinearNormAct`: without it the norm keeps only their direction)."""
+    return LinearNormAct(in_channels, out_channels, norm_cfg=LN_CFG, act_cfg=GELU_CFG, bias=bias)
 
 
 class SIRBlock(nn.Module):
@@ -35,12 +36,12 @@ class SIRBlock(nn.Module):
         channels = list(channels)
         self.layers = nn.ModuleList()
         width = in_channels + 3
-        for c in channels:
-            self.layers.append(linear_norm_act(width, c))
+        for c in channels:  # the first layer reads the relative positions
+            self.layers.append(linear_norm_act(width, c, bias=not self.layers))
             width = 2 * c
         gate, w = [], 3
         for c in rel_channels:
-            gate.append(linear_norm_act(w, c))
+            gate.append(linear_norm_act(w, c, bias=not gate))
             w = c
         gate.append(nn.Linear(w, channels[0]))
         self.gate = nn.Sequential(*gate)

@@ -11,20 +11,24 @@ from .norm_act import DEFAULT_ACT_CFG, DEFAULT_NORM_CFG, build_act, build_norm, 
 class LinearNormAct(nn.Sequential):
     """``Linear(in_channels, out_channels) -> norm -> act`` on (N, in_channels) -> (N, out_channels).
 
-    The linear layer has no bias when a norm follows (the norm's shift replaces it).
+    By default the linear layer has no bias when a norm follows (the norm's shift replaces it).
 
     Args:
         in_channels (int): input channels.
         out_channels (int): output channels.
         norm_cfg (dict | None): norm config (default ``BN1d(eps=1e-3, momentum=0.01)``).
         act_cfg (dict | None): activation config (default ``ReLU``).
+        bias (bool | None): give the linear layer a bias; None: only when no norm with a shift follows. A
+            LayerNorm after a bias-free layer keeps only the direction of its input (``LN(W a x) = LN(W x)`` for
+            ``a > 0``): a layer fed positions needs the bias to tell a near point from a far one.
     """
 
-    def __init__(self, in_channels, out_channels, norm_cfg=DEFAULT_NORM_CFG, act_cfg=DEFAULT_ACT_CFG):
+    def __init__(self, in_channels, out_channels, norm_cfg=DEFAULT_NORM_CFG, act_cfg=DEFAULT_ACT_CFG, bias=None):
         super().__init__()
         self.in_channels = int(in_channels)
         self.out_channels = int(out_channels)
-        self.linear = nn.Linear(self.in_channels, self.out_channels, bias=not norm_has_bias(norm_cfg))
+        bias = not norm_has_bias(norm_cfg) if bias is None else bool(bias)
+        self.linear = nn.Linear(self.in_channels, self.out_channels, bias=bias)
         self.norm = build_norm(norm_cfg, self.out_channels)
         self.act = build_act(act_cfg)
 

@@ -58,6 +58,22 @@ def test_shortcut_when_widths_match():
     assert torch.allclose(out, _loop_reference(sir, feats, xyz, cluster, cluster_xyz), atol=1e-5)
 
 
+def test_position_layers_tell_near_from_far():
+    """The layers fed relative positions (each block's gate and first layer) have a bias before their LayerNorm:
+    without it ``LN(W r) = LN(W 2r)``, so a point and one twice as far in the same direction looked alike."""
+    sir = _sir()
+    with torch.no_grad():
+        for block in sir.blocks:
+            rel = torch.randn(16, 3)
+            first = block.layers[0]
+            assert block.gate[0].linear.bias is not None and first.linear.bias is not None
+            assert not torch.allclose(block.gate(rel), block.gate(2 * rel), atol=1e-3)
+            x = torch.zeros(16, first.in_channels - 3)
+            assert not torch.allclose(first(torch.cat([x, rel], 1)), first(torch.cat([x, 2 * rel], 1)), atol=1e-3)
+            # the layers after them read features, not positions: no bias (the norm's shift replaces it)
+            assert all(layer.linear.bias is None for layer in block.layers[1:])
+
+
 def test_permutation_invariance_and_gradients():
     sir = _sir()
     feats, xyz, cluster, cluster_xyz = _data()
