@@ -19,6 +19,7 @@ model = dict(
         loss_cls=dict(type='SigmoidFocalLoss', gamma=2.0, alpha=0.25, loss_weight=1.0),
         loss_bbox=dict(type='L1Loss', loss_weight=1.0), assign_margin=(0.5, 0.5),
         test_cfg=dict(score_thr=0.1, nms_iou_thr=0.25, pre_max=4096, post_max=100)),
-    # second stage: each box above the score threshold is re-estimated from the points around it, in its own frame
+    # second stage: the max_boxes highest-scoring boxes above the score threshold are re-estimated from the points
+    # around them, each in its own frame
     refiner=dict(type='BoxRefiner', sir=dict(block_channels=((64, 64), (64, 64)), rel_channels=(16,)),
-                 shared_channels=(128,)))
+                 shared_channels=(128,), max_boxes=64))

@@ -29,7 +29,9 @@ def _refiner_pairs(model, inputs, run):
                                       run['inst'].labels)
     if not selected['boxes'].shape[0]:
         return 0
-    return int(model.refiner_pairs(inputs, run['fg'], selected)[2].box.numel())
+    fg = run['fg']
+    points = inputs['points'].index_select(0, fg.point_index)
+    return int(model.refiner_pairs(inputs, fg, points, selected)[2].box.numel())
 
 
 #: graph-stage bounds measured from the dynamic run (``run``: ``fg`` foreground, ``inst`` instances, the box head's

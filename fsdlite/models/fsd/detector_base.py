@@ -190,16 +190,17 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
                                             for k in ('boxes', 'scores', 'labels', 'batch'))
         return self.to_samples(boxes, scores, labels, batch, inputs['batch_size'], data_samples)
 
-    def refiner_pairs(self, inputs, fg, selected):
+    def refiner_pairs(self, inputs, fg, points, selected):
         """The boxes the refiner takes from ``selected`` (``ClusterHead.select``'s dict, non-empty): ``top`` (R,)
         their rows, the refiner's ``max_boxes`` highest-scoring ones (the fixed mode's padding rows rank last and
         are marked in ``box_valid``), and their :class:`~fsdlite.models.fsd.box_refiner.BoxPointPairs` with the
-        foreground points ``fg`` (the fixed mode packs them into the ``max_refiner_pairs`` bound, if given).
+        foreground points ``fg``, whose rows of ``inputs['points']`` are ``points`` (P, C) (the fixed mode packs
+        the pairs into the ``max_refiner_pairs`` bound, if given).
 
         Returns:
             tuple: ``top`` (R,) int64, ``box_valid`` (R,) bool or None (dynamic mode), the pairs.
         """
-        xyz = gather(inputs['points'], fg.point_index)[:, :3]
+        xyz = points[:, :3]
         boxes, scores, box_batch = selected['boxes'], selected['scores'], selected['batch']
         take = min(self.refiner.max_boxes, boxes.shape[0])
         if execution_mode() == 'dynamic':
@@ -222,8 +223,8 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         Only the refiner's ``max_boxes`` highest-scoring boxes are refined (:meth:`refiner_pairs`)."""
         if self.refiner is None or not selected['boxes'].shape[0]:
             return selected
-        top, box_valid, pairs = self.refiner_pairs(inputs, fg, selected)
         points, probs = (gather(t, fg.point_index) for t in (inputs['points'], seg_outputs['seg_logits'].sigmoid()))
+        top, box_valid, pairs = self.refiner_pairs(inputs, fg, points, selected)
         boxes = selected['boxes']
         chosen = boxes.index_select(0, top)
         refined = self.refiner.refine(points, probs, chosen, selected['labels'].index_select(0, top), pairs)
