@@ -31,7 +31,7 @@ def _refiner_pairs(model, inputs, run):
         return 0
     fg = run['fg']
     points = inputs['points'].index_select(0, fg.point_index)
-    return int(model.refiner_pairs(inputs, fg, points, selected)[2].box.numel())
+    return int(model.refiner_pairs(inputs, fg, points, selected)[3].box.numel())
 
 
 #: graph-stage bounds measured from the dynamic run (``run``: ``fg`` foreground, ``inst`` instances, the box head's

@@ -198,23 +198,23 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         the pairs into the ``max_refiner_pairs`` bound, if given).
 
         Returns:
-            tuple: ``top`` (R,) int64, ``box_valid`` (R,) bool or None (dynamic mode), the pairs.
+            tuple: ``top`` (R,) int64, ``box_valid`` (R,) bool or None (dynamic mode), the chosen boxes (R, 7),
+            the pairs.
         """
         xyz = points[:, :3]
         boxes, scores, box_batch = selected['boxes'], selected['scores'], selected['batch']
         take = min(self.refiner.max_boxes, boxes.shape[0])
         if execution_mode() == 'dynamic':
             top = scores.topk(take).indices
-            return top, None, self.refiner.pairs(xyz, fg.batch, boxes.index_select(0, top),
-                                                 box_batch.index_select(0, top))
+            chosen = boxes.index_select(0, top)
+            return top, None, chosen, self.refiner.pairs(xyz, fg.batch, chosen, box_batch.index_select(0, top))
         box_valid = torch.arange(boxes.shape[0], device=boxes.device) < selected['num_boxes']
         top = torch.where(box_valid, scores, torch.full_like(scores, -math.inf)).topk(take).indices
-        box_valid = box_valid.index_select(0, top)
+        box_valid, chosen = box_valid.index_select(0, top), boxes.index_select(0, top)
         point_valid = torch.arange(fg.point_index.shape[0], device=xyz.device) < fg.num_valid
         max_pairs = self.bounds['max_refiner_pairs'] if 'max_refiner_pairs' in self.bounds else None
-        return top, box_valid, self.refiner.pairs(xyz, fg.batch, boxes.index_select(0, top),
-                                                  box_batch.index_select(0, top), point_valid, box_valid, max_pairs,
-                                                  inputs['strict'])
+        return top, box_valid, chosen, self.refiner.pairs(xyz, fg.batch, chosen, box_batch.index_select(0, top),
+                                                          point_valid, box_valid, max_pairs, inputs['strict'])
 
     def refine(self, inputs, seg_outputs, fg, selected):
         """The selected boxes (``ClusterHead.select``'s dict) with ``boxes`` moved by the refiner, if the model has
@@ -224,9 +224,8 @@ class SparseDetectorBase(StaticDetectorMixin, SparseSegmentor):
         if self.refiner is None or not selected['boxes'].shape[0]:
             return selected
         points, probs = (gather(t, fg.point_index) for t in (inputs['points'], seg_outputs['seg_logits'].sigmoid()))
-        top, box_valid, pairs = self.refiner_pairs(inputs, fg, points, selected)
+        top, box_valid, chosen, pairs = self.refiner_pairs(inputs, fg, points, selected)
         boxes = selected['boxes']
-        chosen = boxes.index_select(0, top)
         refined = self.refiner.refine(points, probs, chosen, selected['labels'].index_select(0, top), pairs)
         if box_valid is not None:
             refined = torch.where(box_valid[:, None], refined, chosen)
