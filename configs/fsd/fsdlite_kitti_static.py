@@ -9,5 +9,5 @@ _base_ = ['./fsdlite_kitti.py']
 
 model = dict(
     bounds=dict(max_points=32768, max_voxels=[9000, 8000, 3500], max_fg_points=[4096, 1024, 1024], max_boxes=512,
-                max_clusters=512, max_cc_iters=6, max_pairs=[70000, 32000, 100000, 24000, 48000],
+                max_clusters=512, max_cc_iters=6, max_pairs=[61500, 32000, 93000, 24000, 45000],
                 max_refiner_pairs=14000))

@@ -10,4 +10,4 @@ _base_ = ['./fsdlite_synthetic.py']
 model = dict(
     bounds=dict(max_points=21144, max_voxels=[6770, 8010, 3630], max_fg_points=[4096, 1024, 1024], max_boxes=484,
                 max_clusters=484, max_cc_iters=8,
-                max_pairs=[47661, 25959, 102594, 25989, 51940], max_refiner_pairs=11500))
+                max_pairs=[44765, 21188, 69912, 19871, 40992], max_refiner_pairs=11500))

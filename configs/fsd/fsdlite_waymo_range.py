@@ -12,4 +12,4 @@ model = dict(
     point_range=point_range,
     bounds=dict(max_points=237756, max_voxels=[61737, 46000, 19344], max_fg_points=[4096, 1024, 1024],
                 max_boxes=1024, max_clusters=1024, max_cc_iters=6,
-                max_pairs=[583736, 208916, 665864, 151108, 323664], max_refiner_pairs=16384))
+                max_pairs=[521999, 208916, 619864, 151108, 304320], max_refiner_pairs=16384))

@@ -8,5 +8,5 @@ _base_ = ['./fsdv2lite_kitti.py']
 
 model = dict(
     bounds=dict(max_points=32768, max_voxels=[9000, 8000, 3500], max_fg_points=[4096, 1024, 1024], max_boxes=5000,
-                max_virtual_voxels=[5000, 4000, 1600], max_pairs=[70000, 32000, 100000, 24000, 48000],
-                max_virtual_pairs=[45000, 18000, 52000, 12000, 25000]))
+                max_virtual_voxels=[5000, 4000, 1600], max_pairs=[61500, 32000, 93000, 24000, 45000],
+                max_virtual_pairs=[40000, 18000, 48500, 12000, 23500]))

@@ -9,5 +9,5 @@ _base_ = ['./fsdv2lite_synthetic.py']
 model = dict(
     bounds=dict(max_points=21144, max_voxels=[6770, 8010, 3630], max_fg_points=[4096, 1024, 1024], max_boxes=4382,
                 max_virtual_voxels=[4382, 4361, 1990],
-                max_pairs=[47661, 25959, 102594, 25989, 51940],
-                max_virtual_pairs=[29602, 16601, 58428, 14412, 29734]))
+                max_pairs=[44765, 21188, 69912, 19871, 40992],
+                max_virtual_pairs=[26710, 13214, 40174, 11072, 23588]))

@@ -12,5 +12,5 @@ model = dict(
     point_range=point_range,
     bounds=dict(max_points=237756, max_voxels=[61737, 46000, 19344], max_fg_points=[4096, 1024, 1024],
                 max_boxes=6144, max_virtual_voxels=[33491, 23187, 8792],
-                max_pairs=[583736, 208916, 665864, 151108, 323664],
-                max_virtual_pairs=[333971, 113293, 349932, 76114, 156365]))
+                max_pairs=[521999, 208916, 619864, 151108, 304320],
+                max_virtual_pairs=[300480, 113293, 326745, 76114, 147573]))

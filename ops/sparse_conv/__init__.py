@@ -136,7 +136,9 @@ class KernelMap(NamedTuple):
       :func:`conv_offset_pairs`, :func:`pairs_by_offset`, :meth:`transposed`): the input of :func:`sparse_conv`.
       It may also carry spconv's form of its pairs (``native``, :meth:`on_spconv`).
     * **tiled** -- padded to a capacity of ``P`` pairs in tiles of ``tile`` rows, one kernel offset per tile
-      (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``).
+      (``tile_offsets``); unused rows point at the dump rows (input ``num_in``, output ``num_out``). A submanifold
+      conv's centre offset pairs every row with itself: its pairs may be left out of the list and named by
+      ``identity_offset`` (then ``num_in == num_out``), and the conv multiplies every row by that offset's matrix.
     * **dense** -- padded to one slot per output row and offset: ``nbr`` (Vout, K) holds the input row of each (the
       output row is implicit), ``num_in`` where there is none (spconv's rulebooks as padded index tensors).
 
@@ -149,6 +151,7 @@ class KernelMap(NamedTuple):
     num_in: int                            #: input rows Vin (the input dump row of a padded map)
     num_out: int                           #: output rows Vout (the output dump row of a tiled map)
     native: Optional[tuple] = None         #: exact, run on spconv: (2, K, max pairs) int32 pairs, (K,) int32 counts
+    identity_offset: Optional[int] = None  #: tiled: the offset whose pairs are (i, i) for every row, not listed
 
     @classmethod
     def exact(cls, pairs, offset_starts, num_in, num_out):
@@ -156,14 +159,19 @@ class KernelMap(NamedTuple):
         return cls(pairs, offset_starts, None, None, int(num_in), int(num_out))
 
     @classmethod
-    def tiled(cls, pair_list, num_in, num_out, tile=PAIR_TILE):
+    def tiled(cls, pair_list, num_in, num_out, tile=PAIR_TILE, identity_offset=None):
         """A tiled map from a (3, P) int64 pair list ``[input row; output row; kernel offset]`` (P a multiple of
-        ``tile``, the offset constant within a tile: :func:`rulebook_pairs`). Works inside an exported graph
-        (slices only)."""
+        ``tile``, the offset constant within a tile: :func:`rulebook_pairs`); ``identity_offset``: the offset whose
+        (i, i) pairs the list leaves out (a submanifold conv's centre; ``num_in`` must equal ``num_out``). Works
+        inside an exported graph (slices only)."""
         if pair_list.dim() != 2 or pair_list.shape[0] != 3 or pair_list.shape[1] % tile:
             raise ValueError(f'KernelMap.tiled: the pair list must have shape (3, P) with P a multiple of {tile}, '
                              f'got {tuple(pair_list.shape)}')
-        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], None, int(num_in), int(num_out))
+        if identity_offset is not None and int(num_in) != int(num_out):
+            raise ValueError(f'KernelMap.tiled: an identity_offset ({identity_offset}) pairs every row with itself, '
+                             f'so num_in must equal num_out, got {num_in} and {num_out}')
+        return cls(pair_list[:2], None, pair_list[2].view(-1, tile)[:, 0], None, int(num_in), int(num_out),
+                   identity_offset=None if identity_offset is None else int(identity_offset))
 
     @classmethod
     def dense(cls, nbr, num_in):

@@ -181,8 +181,10 @@ def test_invalid_arguments():
         pairs_from_nbr(nbr, 10, 300)
     with pytest.raises(ValueError, match='nbr must be a'):
         pairs_from_nbr(nbr.float(), 15, 300)
-    with pytest.raises(ValueError, match='max_pairs and kernel_volume must be >= 1'):
-        pair_capacity(0, 27)
+    with pytest.raises(ValueError, match='max_pairs must be >= 0 and kernel_volume >= 1'):
+        pair_capacity(-1, 27)
+    with pytest.raises(ValueError, match='max_pairs must be >= 0 and kernel_volume >= 1'):
+        pair_capacity(5, 0)
 
 
 def test_sparse_unet_runs_the_same_on_pair_lists():

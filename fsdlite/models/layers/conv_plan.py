@@ -11,20 +11,32 @@ builds the kernel maps of one batch of voxels, in the forms the runs need:
   dense kernel maps by :meth:`ConvPlan.dense_kernel_maps`;
 * :meth:`ConvPlan.build_pair_lists` / :meth:`ConvPlan.pair_lists_from_exact` -- (3, P) pair lists under pair
   bounds (one per :meth:`ConvPlan.pair_slots` entry), read as tiled kernel maps by
-  :meth:`ConvPlan.tiled_kernel_maps`.
+  :meth:`ConvPlan.tiled_kernel_maps`; a submanifold conv's centre offset (:func:`centre_offset`) is left out of
+  the lists and of the pair counts and bounds: the tiled conv runs it as one plain product.
 
 Submanifold convs of a level share one map; an inverse conv takes its strided conv's pairs, swapped.
 """
+import math
+
 import torch
 
 from fsdlite.utils.constants import const
 
-from .pair_conv import pairs_from_exact, pairs_from_nbr
+from .pair_conv import pairs_from_exact, pairs_from_nbr, without_offset_column
 from .rulebook_conv import build_rulebook, conv_geometry, inverse_rulebook, output_grid
 from .sparse_conv import KernelMap
 from .sparse_tensor import SparseTensor, given_map, map_key
 
 _ROWS = {'subm': (0, 0), 'conv': (-1, 0), 'inverse': (0, -1)}  # (input, output) level relative to the block's
+
+
+def centre_offset(geometry):
+    """The kernel offset through which a submanifold conv pairs every row with itself (its centre, ``K // 2`` with
+    odd kernel sizes), or ``None`` for other convs. Pair lists leave its pairs out and the tiled conv runs it as one
+    plain product (``KernelMap.identity_offset``)."""
+    if geometry.kind != 'subm' or any(int(k) % 2 == 0 for k in geometry.kernel_size):
+        return None
+    return math.prod(int(k) for k in geometry.kernel_size) // 2
 
 
 class ConvPlan:
@@ -55,8 +67,9 @@ class ConvPlan:
 
     # --------------------------------------------------------------------------------------------- layout
     def pair_slots(self):
-        """Entries of the ``max_pairs`` bound (2S - 1): slot ``2s`` bounds the pairs of the submanifold map of level
-        ``s``, slot ``2s - 1`` those of the strided conv into level ``s`` (its inverse has the same pairs)."""
+        """Entries of the ``max_pairs`` bound (2S - 1): slot ``2s`` bounds the listed pairs (:func:`centre_offset`
+        left out) of the submanifold map of level ``s``, slot ``2s - 1`` those of the strided conv into level ``s``
+        (its inverse has the same pairs)."""
         return 2 * self.num_levels - 1
 
     @staticmethod
@@ -103,12 +116,14 @@ class ConvPlan:
         return maps, [tensors[s].coords for s in sorted(tensors)]
 
     def exact_pair_counts(self, maps):
-        """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of :meth:`exact_kernel_maps`' maps."""
+        """(2S - 1,) int64 listed pairs (real pairs, centre offsets left out) per :meth:`pair_slots` entry of
+        :meth:`exact_kernel_maps`' maps."""
         counts = torch.zeros(self.pair_slots(), dtype=torch.long)
         for kmap, g, s in zip(maps, self.geometries, self.levels):
             if g.kind != 'inverse':
-                slot = self._pair_slot(g.kind, s)
-                counts[slot] = max(int(counts[slot]), int(kmap.offset_starts[-1]))
+                slot, centre, starts = self._pair_slot(g.kind, s), centre_offset(g), kmap.offset_starts
+                listed = int(starts[-1]) - (0 if centre is None else int(starts[centre + 1] - starts[centre]))
+                counts[slot] = max(int(counts[slot]), listed)
         return counts
 
     def pair_lists_from_exact(self, maps, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
@@ -128,13 +143,13 @@ class ConvPlan:
         self._check_pair_bounds(max_pairs, bound_name)
         built, strided, lists = {}, {}, []
         dropped = torch.zeros(self.pair_slots(), dtype=torch.long)
-        for kmap, (kind, slot, num_in, num_out) in zip(maps, self.rulebook_layout(max_voxels)):
+        for kmap, g, (kind, slot, num_in, num_out) in zip(maps, self.geometries, self.rulebook_layout(max_voxels)):
             if kind == 'inverse':  # the strided conv's pairs with input and output swapped
                 lists.append(strided[slot][[1, 0, 2]])
                 continue
             if id(kmap) not in built:
                 pl = pairs_from_exact(kmap, num_in, num_out, max_pairs[slot], strict=strict,
-                                      bound_name=f'{bound_name}[{slot}]')
+                                      bound_name=f'{bound_name}[{slot}]', skip_offset=centre_offset(g))
                 built[id(kmap)] = pl.pairs
                 dropped[slot] = torch.maximum(dropped[slot], pl.num_dropped)
             if kind == 'conv':
@@ -220,12 +235,14 @@ class ConvPlan:
         return [None if nbr is None else shrunk[id(nbr)] for nbr in nbrs]
 
     def count_pairs(self, nbrs, max_voxels):
-        """(2S - 1,) int64 real pairs per :meth:`pair_slots` entry of the maps of :meth:`build_rulebooks`."""
+        """(2S - 1,) int64 listed pairs (real pairs, centre offsets left out) per :meth:`pair_slots` entry of the
+        maps of :meth:`build_rulebooks`."""
         counts, seen = torch.zeros(self.pair_slots(), dtype=torch.long), set()
-        for nbr, (_, slot, num_in, _) in zip(nbrs, self.rulebook_layout(max_voxels)):
+        for nbr, g, (_, slot, num_in, _) in zip(nbrs, self.geometries, self.rulebook_layout(max_voxels)):
             if nbr is not None and id(nbr) not in seen:  # a map left out (inverse) or shared is counted once
                 seen.add(id(nbr))
-                counts[slot] = torch.maximum(counts[slot], (nbr < num_in).sum().cpu())
+                listed = nbr if centre_offset(g) is None else without_offset_column(nbr, num_in, centre_offset(g))
+                counts[slot] = torch.maximum(counts[slot], (listed < num_in).sum().cpu())
         return counts
 
     def build_pair_lists(self, nbrs, max_voxels, max_pairs, strict=None, bound_name='max_pairs'):
@@ -248,7 +265,7 @@ class ConvPlan:
         if len(nbrs) != len(layout):
             raise ValueError(f'build_pair_lists: expected {len(layout)} neighbour maps (one per conv), got {len(nbrs)}')
         built, strided, lists, dropped = {}, {}, [], {}
-        for nbr, (kind, slot, num_in, num_out) in zip(nbrs, layout):
+        for nbr, g, (kind, slot, num_in, num_out) in zip(nbrs, self.geometries, layout):
             if kind == 'inverse' and slot in strided:  # the strided conv's pairs with input and output swapped
                 lists.append(strided[slot].index_select(0, const([1, 0, 2], device=strided[slot].device)))
                 continue
@@ -259,7 +276,7 @@ class ConvPlan:
                 raise ValueError(f'build_pair_lists: a map of slot {slot} has {nbr.shape[0]} rows, expected {num_out}')
             if id(nbr) not in built:
                 built[id(nbr)] = pairs_from_nbr(nbr, num_in, max_pairs[slot], strict=strict,
-                                                bound_name=f'{bound_name}[{slot}]')
+                                                bound_name=f'{bound_name}[{slot}]', skip_offset=centre_offset(g))
             pl = built[id(nbr)]
             dropped[slot] = pl.num_dropped if slot not in dropped else torch.maximum(dropped[slot], pl.num_dropped)
             if kind == 'conv':
@@ -272,7 +289,8 @@ class ConvPlan:
         """The (3, P) pair lists of :meth:`build_pair_lists` / :meth:`pair_lists_from_exact` as tiled
         :class:`KernelMap` (inside an exported graph too: slices only), rows from the level bounds."""
         layout = self._check_count('tiled_kernel_maps', pair_lists, max_voxels)
-        return [KernelMap.tiled(pl, num_in, num_out) for pl, (_, _, num_in, num_out) in zip(pair_lists, layout)]
+        return [KernelMap.tiled(pl, num_in, num_out, identity_offset=centre_offset(g))
+                for pl, g, (_, _, num_in, num_out) in zip(pair_lists, self.geometries, layout)]
 
     def dense_kernel_maps(self, nbrs, max_voxels):
         """The (V_out, K) neighbour maps of :meth:`build_rulebooks` (every conv's, inverse ones included) as dense
@@ -301,4 +319,4 @@ class ConvPlan:
         return layout
 
 
-__all__ = ['ConvPlan']
+__all__ = ['ConvPlan', 'centre_offset']

@@ -13,7 +13,9 @@ at the dump rows):
 one kernel-map type, run by :func:`~fsdlite.models.layers.sparse_conv.sparse_conv` in standard ops.  The capacity
 P comes from a bound on the real pairs (``max_pairs``); :func:`pairs_from_nbr` builds the list from a neighbour
 map, :func:`pairs_from_exact` from the exact kernel map (the deploy pre-ops), and
-:func:`traced_pairs` inside a graph; all report the pairs that did not fit.
+:func:`traced_pairs` inside a graph; all report the pairs that did not fit.  Both builders can leave out one kernel
+offset (``skip_offset``): a submanifold conv's centre, whose pairs are every row with itself and run as one plain
+product instead (:attr:`KernelMap.identity_offset <fsdlite.ops.sparse_conv.KernelMap>`).
 """
 import torch
 
@@ -24,7 +26,7 @@ from fsdlite.utils.constants import const
 from .sparse_conv import PAIR_TILE, pair_capacity
 
 
-def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
+def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs', skip_offset=None):
     """Pair list of a padded neighbour map (eager, ``fsdlite.ops.rulebook_pairs``; the pre-ops of a deployed graph).
 
     Args:
@@ -35,12 +37,15 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
         strict (bool, optional): raise ``BoundExceededError`` when the map has more than ``max_pairs`` pairs
             (default: eager mode); otherwise pairs that do not fit are dropped (highest offsets first) and counted.
         bound_name (str): name of the bound in that error.
+        skip_offset (int, optional): a kernel offset whose pairs are left out (and not counted).
     Returns:
         RulebookPairs: the (3, P) list, the real pairs and the pairs placed (``num_dropped``: those that did not
         fit).
     """
     if nbr.dim() != 2 or nbr.dtype != torch.long:
         raise ValueError(f'pairs_from_nbr: nbr must be a (Vout, K) int64 tensor, got {tuple(nbr.shape)} {nbr.dtype}')
+    if skip_offset is not None:
+        nbr = without_offset_column(nbr, num_in, skip_offset)
     capacity = pair_capacity(max_pairs, nbr.shape[1], tile)
     if is_exporting():  # a map built inside the graph (in-graph rulebooks): fixed-shape compaction
         pairs, needed, placed = traced_pairs(nbr, int(num_in), capacity, tile)
@@ -50,7 +55,18 @@ def pairs_from_nbr(nbr, num_in, max_pairs, tile=PAIR_TILE, strict=None, bound_na
     return RulebookPairs(pairs, needed, placed)
 
 
-def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs'):
+def without_offset_column(nbr, num_in, offset):
+    """(Vout, K) neighbour map ``nbr`` with column ``offset`` set to the dump ``num_in`` (standard ops: in a graph
+    too)."""
+    if not 0 <= int(offset) < nbr.shape[1]:
+        raise ValueError(f'skip_offset must be a kernel offset in [0, {nbr.shape[1]}), got {offset}')
+    offset = int(offset)
+    dump = torch.full_like(nbr[:, :1], int(num_in))
+    return torch.cat([nbr[:, :offset], dump, nbr[:, offset + 1:]], 1)
+
+
+def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, strict=None, bound_name='max_pairs',
+                     skip_offset=None):
     """The pair list :func:`pairs_from_nbr` builds from a neighbour map, built from the same convolution's exact
     kernel map instead (``fsdlite.ops.subm_offset_pairs`` / ``conv_offset_pairs``: output rows ascending within an
     offset, as the neighbour map lists them), with no (Vout, K) map in between (the deploy pre-ops).
@@ -68,6 +84,7 @@ def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, str
             (default: eager mode); otherwise the pairs that do not fit are dropped (highest offsets first) and
             counted, as :func:`pairs_from_nbr` does.
         bound_name (str): name of the bound in that error.
+        skip_offset (int, optional): a kernel offset whose pairs are left out (and not counted).
     Returns:
         RulebookPairs: the (3, P) list, the real pairs and the pairs placed (``num_dropped``: those that did not
         fit).
@@ -80,6 +97,8 @@ def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, str
         raise ValueError(f'pairs_from_exact: expected int64 pairs (2, P) and offset_starts (K + 1,) with '
                          f'K >= 1, got {pairs.dtype} {tuple(pairs.shape)} and {starts.dtype} {tuple(starts.shape)}')
     kv = starts.numel() - 1
+    if skip_offset is not None:
+        pairs, starts = _without_offset_pairs(pairs, starts, skip_offset)
     capacity = pair_capacity(max_pairs, kv, tile)
     counts = starts[1:] - starts[:-1]
     tiles = torch.div(counts + (tile - 1), tile, rounding_mode='floor')
@@ -96,6 +115,17 @@ def pairs_from_exact(kernel_map, num_in, num_out, max_pairs, tile=PAIR_TILE, str
     needed = counts.sum()
     check_bound(needed, int(max_pairs), bound_name, strict=strict)
     return RulebookPairs(out, needed, needed.new_tensor(placed))
+
+
+def _without_offset_pairs(pairs, starts, offset):
+    """Offset-grouped (2, P) ``pairs`` and (K + 1,) ``starts`` without the pairs of kernel offset ``offset``."""
+    kv = starts.numel() - 1
+    if not 0 <= int(offset) < kv:
+        raise ValueError(f'skip_offset must be a kernel offset in [0, {kv}), got {offset}')
+    begin, end = int(starts[offset]), int(starts[offset + 1])
+    shift = torch.zeros_like(starts)
+    shift[offset + 1:] = end - begin
+    return torch.cat([pairs[:, :begin], pairs[:, end:]], 1), starts - shift
 
 
 def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
@@ -127,4 +157,4 @@ def traced_pairs(nbr, num_in, capacity, tile=PAIR_TILE):
     return torch.cat([io, offsets], 0), count.sum(), torch.minimum((capacity - first).clamp(min=0), count).sum()
 
 
-__all__ = ['pairs_from_nbr', 'pairs_from_exact', 'traced_pairs']
+__all__ = ['pairs_from_nbr', 'pairs_from_exact', 'without_offset_column', 'traced_pairs']

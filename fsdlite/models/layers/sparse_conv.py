@@ -8,7 +8,8 @@ convolution grouped by kernel offset, in one of three layouts, each with its bac
   gather-GEMM-scatter kernels when the map carries spconv's form of its pairs (``KernelMap.on_spconv``; the
   backend a map is built for: :func:`resolve_backend`);
 * **tiled** -- padded to a capacity in tiles of one kernel offset each: run as a gather-GEMM-scatter of standard
-  ops (Gather / MatMul / ScatterND(add), static shapes), in chunks of tiles;
+  ops (Gather / MatMul / ScatterND(add), static shapes), in chunks of tiles; a submanifold conv's centre offset
+  (every row paired with itself) as one plain MatMul over all rows when the map names it (``identity_offset``);
 * **dense** -- one slot per output row and offset (spconv's rulebooks as padded index tensors): run as a
   gather-GEMM of standard ops.
 
@@ -71,7 +72,8 @@ def sparse_conv(x, kernel_map, weight, bias=None, mode='auto'):
         mode (str): dense maps only: 'matmul' (one (Vout, K*Cin) @ (K*Cin, Cout) product), 'loop' (K accumulated
             products, less memory) or 'auto' (matmul when the gathered (Vout, K, Cin) buffer is <= 64 MiB).
     Returns:
-        Tensor: (num_out, Cout); rows without pairs hold the bias (or 0).
+        Tensor: (num_out, Cout); rows without pairs hold the bias (or 0), plus their own row's product when a
+        tiled map has an ``identity_offset``.
     """
     if kernel_map.native is not None:
         return _spconv_conv(x, kernel_map, weight, bias)
@@ -130,11 +132,24 @@ def _tiled_conv(x, kernel_map, weight, bias):
     rows = [count * tile for count in tiles]
     chunks = zip(tiles, pairs[0].split(rows), pairs[1].split(rows), kernel_map.tile_offsets.split(tiles))
     padded = with_dump_row(x)
-    out = _output_rows(x, num_out + 1, cout, bias)
+    out = _output_rows(x, num_out + 1, cout, bias) if kernel_map.identity_offset is None else \
+        _identity_rows(padded, kernel_map, weight, bias)
     for count, inputs, outputs, offsets in chunks:
         gathered = padded.index_select(0, inputs).view(count, tile, cin)
         out = out.index_add(0, outputs, torch.bmm(gathered, weight.index_select(0, offsets)).view(-1, cout))
     return out[:num_out]
+
+
+def _identity_rows(padded, kernel_map, weight, bias):
+    """(num_out + 1, Cout) start of a tiled conv whose list leaves out the (i, i) pairs of ``identity_offset``
+    (a submanifold conv's centre): every row times that offset's matrix, as one plain product (no gather, no
+    scatter; the dump row's result is discarded with it)."""
+    offset = kernel_map.identity_offset
+    if not 0 <= offset < weight.shape[0] or padded.shape[0] != kernel_map.num_out + 1:
+        raise ValueError(f'sparse_conv: a tiled map with identity_offset {offset} needs an offset in [0, '
+                         f'{weight.shape[0]}) and x with num_out = {kernel_map.num_out} rows, got '
+                         f'{padded.shape[0] - 1}')
+    return padded @ weight[offset] if bias is None else torch.addmm(bias, padded, weight[offset])
 
 
 def _dense_conv(x, nbr, weight, bias, mode):
@@ -170,8 +185,9 @@ def conv_module_forward(module, x, kernel_map, mode='auto'):
 def pair_capacity(max_pairs, kernel_volume, tile=PAIR_TILE):
     """Rows of a tiled map that holds any ``max_pairs`` real pairs of a K-offset convolution: each offset wastes
     at most ``tile - 1`` rows of its last tile, so ``round_up(max_pairs + K * (tile - 1), tile)``."""
-    if int(max_pairs) < 1 or int(kernel_volume) < 1:
-        raise ValueError(f'pair_capacity: max_pairs and kernel_volume must be >= 1, got {max_pairs}, {kernel_volume}')
+    if int(max_pairs) < 0 or int(kernel_volume) < 1:
+        raise ValueError(f'pair_capacity: max_pairs must be >= 0 and kernel_volume >= 1, got {max_pairs}, '
+                         f'{kernel_volume}')
     rows = int(max_pairs) + int(kernel_volume) * (tile - 1)
     return -(-rows // tile) * tile
 
