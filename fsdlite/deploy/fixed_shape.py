@@ -53,7 +53,8 @@ class ExactRulebooks(NamedTuple):
     (``ConvPlan.exact_kernel_maps``), for models on pair lists: :func:`fixed_inputs` of every capacity tier whose
     levels they fit tiles them into its pair lists (``ConvPlan.pair_lists_from_exact``)."""
 
-    kernel_maps: list  #: exact ``KernelMap`` of every conv in execution order (level 0 in the input's row order)
+    kernel_maps: list  #: exact ``KernelMap`` of every conv in execution order (level 0 in the input's row order;
+    #: ``None`` for the inverse convs, whose pair lists are their strided convs', swapped)
     needed: tuple      #: voxels of every level (level 0: the input voxels)
     pairs: tuple       #: real pairs per ``ConvPlan.pair_slots`` entry
 
@@ -73,7 +74,7 @@ def first_stage_rulebooks(model, inputs, strict=True, neighbour_maps=False):
     model.require_bounds()
     if model.uses_pair_lists() and not neighbour_maps:
         plan = model.backbone.conv_plan()
-        maps, levels = plan.exact_kernel_maps(inputs['voxel_coors'].long())
+        maps, levels = plan.exact_kernel_maps(inputs['voxel_coors'].long(), inverse_maps=False)
         needed = tuple(int(c.shape[0]) for c in levels)
         for s, (n, b) in enumerate(zip(needed, model.bounds['max_voxels'])):
             check_bound(n, b, f'max_voxels[{s}]', strict=strict)

@@ -46,12 +46,20 @@ def test_exact_pair_lists_equal_the_map_built_ones(seed, count):
         assert int((with_inverse[i] < levels[plan.levels[j]]).sum()) == pairs
     needed = plan.count_pairs(nbrs, levels)
     assert torch.equal(plan.exact_pair_counts(convs), needed) and int(needed.min()) > 0
+    # the pre-ops leave the inverse convs' maps out: the same maps otherwise, the same counts and lists
+    lean, lean_levels = plan.exact_kernel_maps(coors, inverse_maps=False)
+    assert [m is None for m in lean] == [k == 'inverse' for k in kinds]
+    assert all(torch.equal(a.pairs, b.pairs) for a, b in zip(lean, convs) if a is not None)
+    assert all(torch.equal(a, b) for a, b in zip(lean_levels, level_coors))
+    assert torch.equal(plan.exact_pair_counts(lean), needed)
     short = [1] * len(needed)  # the pairs beyond each slot's capacity are lost, highest offsets first
     for max_pairs in (needed.tolist(), (needed + 300).tolist(), short):
         by_maps, drop_maps = plan.build_pair_lists(nbrs, levels, max_pairs, strict=False)
         exact, drop_exact = plan.pair_lists_from_exact(convs, levels, max_pairs, strict=False)
         assert torch.equal(drop_exact, drop_maps) and len(exact) == len(by_maps)
         assert all(torch.equal(a, b) for a, b in zip(exact, by_maps))
+        lean_lists, _ = plan.pair_lists_from_exact(lean, levels, max_pairs, strict=False)
+        assert all(torch.equal(a, b) for a, b in zip(lean_lists, by_maps))
     assert int(drop_exact.sum()) > 0
     with pytest.raises(BoundExceededError, match=r'max_pairs\[0\]'):  # strict: the first slot over its bound
         plan.pair_lists_from_exact(convs, levels, short, strict=True)

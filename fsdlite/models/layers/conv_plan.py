@@ -91,24 +91,29 @@ class ConvPlan:
                              f'strided map into each deeper level), got {list(max_pairs)}')
 
     # ------------------------------------------------------------------------------------- exact maps
-    def exact_kernel_maps(self, voxel_coors):
+    def exact_kernel_maps(self, voxel_coors, inverse_maps=True):
         """Exact kernel maps of every conv (no bound), rows of level 0 in the order of ``voxel_coors`` (sorted by
         ``(b, z, y, x)`` takes the rulebook ops' fast paths); deeper levels are the strided convs' output voxels.
 
         Args:
             voxel_coors (Tensor): (V, 4) int64 ``[b, z, y, x]`` inside ``sparse_shape``, unique rows.
+            inverse_maps (bool): build the inverse convs' maps; False leaves ``None`` in their places (pair lists
+                take the strided conv's pairs, swapped: the deploy pre-ops).
         Returns:
             tuple: list of :class:`KernelMap` (exact) in execution order (an inverse conv's is its strided conv's,
             transposed; submanifold convs of a level share one), and the (V_s, 4) voxels of every level.
         """
         return self._tensor_kernel_maps(SparseTensor(voxel_coors.new_empty((voxel_coors.shape[0], 0)), voxel_coors,
-                                                    self.sparse_shape, 1, backend='fsdlite'))
+                                                    self.sparse_shape, 1, backend='fsdlite'), inverse_maps)
 
-    def _tensor_kernel_maps(self, x):
+    def _tensor_kernel_maps(self, x, inverse_maps=True):
         """:meth:`exact_kernel_maps` of the voxels of a :class:`~fsdlite.models.layers.sparse_tensor.SparseTensor`
         (the maps its convs build and cache, in execution order; rows of level 0 in the tensor's order)."""
         tensors, maps = {0: x}, []
         for g, s in zip(self.geometries, self.levels):
+            if g.kind == 'inverse' and not inverse_maps:
+                maps.append(None)
+                continue
             kmap, out = tensors[s - 1 if g.kind == 'conv' else s].kernel_map(g)
             if g.kind == 'conv':
                 tensors[s] = out
@@ -131,7 +136,7 @@ class ConvPlan:
         :meth:`exact_kernel_maps` instead when every level fits its bound (the same lists, without the maps).
 
         Args:
-            maps (list): the first result of :meth:`exact_kernel_maps`.
+            maps (list): the first result of :meth:`exact_kernel_maps` (the inverse convs' may be ``None``).
             max_voxels (Sequence[int]): level bounds (the dump row of each level); every level must fit.
             max_pairs (Sequence[int]): pair bound per :meth:`pair_slots` entry.
             strict (bool, optional): raise when a slot has more pairs than its bound (default: eager mode);
