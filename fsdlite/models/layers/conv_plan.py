@@ -246,7 +246,8 @@ class ConvPlan:
         for nbr, g, (_, slot, num_in, _) in zip(nbrs, self.geometries, self.rulebook_layout(max_voxels)):
             if nbr is not None and id(nbr) not in seen:  # a map left out (inverse) or shared is counted once
                 seen.add(id(nbr))
-                listed = nbr if centre_offset(g) is None else without_offset_column(nbr, num_in, centre_offset(g))
+                centre = centre_offset(g)
+                listed = nbr if centre is None else without_offset_column(nbr, num_in, centre)
                 counts[slot] = torch.maximum(counts[slot], (listed < num_in).sum().cpu())
         return counts
 
