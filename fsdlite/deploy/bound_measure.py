@@ -8,6 +8,7 @@ detector's deploy adapter use it.
 """
 import torch
 
+from fsdlite.models.layers.execution import gather
 from fsdlite.structures.bounds import scale_bounds
 
 
@@ -30,8 +31,7 @@ def _refiner_pairs(model, inputs, run):
     if not selected['boxes'].shape[0]:
         return 0
     fg = run['fg']
-    points = inputs['points'].index_select(0, fg.point_index)
-    return int(model.refiner_pairs(inputs, fg, points, selected)[3].box.numel())
+    return int(model.refiner_pairs(inputs, fg, gather(inputs['points'], fg.point_index), selected)[3].box.numel())
 
 
 #: graph-stage bounds measured from the dynamic run (``run``: ``fg`` foreground, ``inst`` instances, the box head's
